@@ -1,0 +1,124 @@
+# Mend: a resilient drop-in libnccl.so.2.  `make` builds into $(BUILDDIR); `make test` runs every test.
+BUILDDIR ?= build
+PREFIX   ?= /usr/local
+
+include makefiles/version.mk
+include makefiles/common.mk
+
+VERSION_CODE := $(shell printf "%d%02d%02d" $(NCCL_MAJOR) $(NCCL_MINOR) $(NCCL_PATCH))
+LIBNAME  := libnccl.so
+SONAME   := $(LIBNAME).$(NCCL_MAJOR)
+LIBFILE  := $(LIBNAME).$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)
+
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/tools/*' | sort)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILDDIR)/obj/%.o)
+CU_SRC   := $(shell find src -name '*.cu' | sort)
+HAVE_NVCC := $(shell test -x $(NVCC) && echo 1)
+ifeq ($(HAVE_NVCC)$(if $(CU_SRC),1,),11)
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILDDIR)/obj/%.cu.o)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static
+CFLAGS_LIB += -DMEND_HAVE_CUDA_KERNELS=1
+else
+CU_OBJ   :=
+CUDA_LIBS :=
+endif
+
+TOOL_C   := $(wildcard src/tools/*.c)
+TOOL_PY  := $(wildcard src/tools/*.py)
+TOOLS    := $(TOOL_C:src/tools/%.c=$(BUILDDIR)/bin/%) $(TOOL_PY:src/tools/%.py=$(BUILDDIR)/bin/%)
+BENCH_COMMON := $(wildcard benchmarks/common/*.c)
+BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(BUILDDIR)/obj/%.o)
+BENCH_C  := $(wildcard benchmarks/*.c)
+BENCHES  := $(BENCH_C:benchmarks/%.c=$(BUILDDIR)/bin/%)
+SHARE    := $(BUILDDIR)/share/mend/testbed.py
+
+HEADER   := $(BUILDDIR)/include/nccl.h
+# Build-time generators: src/<dir>/gen_<x>.py writes $(BUILDDIR)/gen/<dir>/gen_<x>.h (stdout).
+GEN_PY   := $(shell find src -name 'gen_*.py' | sort)
+GEN_H    := $(GEN_PY:src/%.py=$(BUILDDIR)/gen/%.h)
+STATIC   := $(BUILDDIR)/lib/libnccl_static.a
+SHARED   := $(BUILDDIR)/lib/$(LIBFILE)
+PCFILE   := $(BUILDDIR)/lib/pkgconfig/nccl.pc
+
+.PHONY: default all lib tools benchmarks test test-gpu install clean header
+default: lib tools benchmarks
+all: default tests
+lib: $(HEADER) $(SHARED) $(BUILDDIR)/lib/$(SONAME) $(BUILDDIR)/lib/$(LIBNAME) $(STATIC) $(PCFILE)
+tools: $(TOOLS) $(SHARE)
+benchmarks: $(BENCHES)
+header: $(HEADER)
+
+ifneq ($(HAVE_NVCC),1)
+$(info Mend: no nvcc at $(NVCC) (set CUDA_HOME); building the host-only library.)
+endif
+
+$(HEADER): src/nccl.h.in makefiles/version.mk
+	@mkdir -p $(@D)
+	sed -e 's/@NCCL_MAJOR@/$(NCCL_MAJOR)/g' -e 's/@NCCL_MINOR@/$(NCCL_MINOR)/g' \
+	    -e 's/@NCCL_PATCH@/$(NCCL_PATCH)/g' -e 's/@NCCL_SUFFIX@/$(NCCL_SUFFIX)/g' \
+	    -e 's/@NCCL_VERSION_CODE@/$(VERSION_CODE)/g' -e 's/@MEND_VERSION@/$(MEND_VERSION)/g' $< > $@
+
+$(BUILDDIR)/gen/%.h: src/%.py
+	@mkdir -p $(@D)
+	python3 $< > $@.tmp && mv $@.tmp $@
+
+$(BUILDDIR)/obj/%.o: %.c | $(HEADER) $(GEN_H)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_LIB) -DMEND_VERSION_STR='"$(MEND_VERSION)"' -c $< -o $@
+
+$(BUILDDIR)/obj/%.cu.o: %.cu | $(HEADER) $(GEN_H)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_GENCODE) -std=c++17 -O3 -Xcompiler -fPIC,-fvisibility=hidden -I$(BUILDDIR)/include -I$(BUILDDIR)/gen -Isrc -c $< -o $@
+
+$(SHARED): $(LIB_OBJ) $(CU_OBJ) src/libnccl.map
+	@mkdir -p $(@D)
+	$(CC) -shared -fPIC $(SANFLAGS) -Wl,--no-as-needed -Wl,-soname,$(SONAME) \
+	    -Wl,--version-script=src/libnccl.map -o $@ $(LIB_OBJ) $(CU_OBJ) $(CUDA_LIBS) $(LIBS)
+
+$(BUILDDIR)/lib/$(SONAME): $(SHARED)
+	ln -sf $(LIBFILE) $@
+$(BUILDDIR)/lib/$(LIBNAME): $(BUILDDIR)/lib/$(SONAME)
+	ln -sf $(SONAME) $@
+
+$(STATIC): $(LIB_OBJ) $(CU_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(PCFILE): src/nccl.pc.in makefiles/version.mk
+	@mkdir -p $(@D)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's/@VERSION@/$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)/g' $< > $@
+
+$(BUILDDIR)/bin/%: src/tools/%.c $(STATIC)
+	@mkdir -p $(@D) $(BUILDDIR)/obj/tools
+	$(CC) $(CFLAGS_TOOL) -MF $(BUILDDIR)/obj/tools/$*.d $< -o $@ $(STATIC) $(CUDA_LIBS) $(LIBS)
+
+$(BUILDDIR)/bin/%: src/tools/%.py
+	@mkdir -p $(@D)
+	install -m 755 $< $@
+
+$(SHARE): tests/testbed/testbed.py
+	@mkdir -p $(@D)
+	install -m 644 $< $@
+tests/testbed/testbed.py: ;
+
+ifeq ($(MPI),1)
+BENCH_FLAGS := -DMPI_SUPPORT $(shell mpicc --showme:compile)
+BENCH_LIBS  := $(shell mpicc --showme:link)
+endif
+
+$(BUILDDIR)/obj/benchmarks/%.o: benchmarks/%.c | $(HEADER)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -Ibenchmarks/common -c $< -o $@
+
+$(BUILDDIR)/bin/%: benchmarks/%.c $(BENCH_COMMON_OBJ) $(SHARED) $(BUILDDIR)/lib/$(SONAME)
+	@mkdir -p $(@D) $(BUILDDIR)/obj/bench
+	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -Ibenchmarks/common -MF $(BUILDDIR)/obj/bench/$*.d $< $(BENCH_COMMON_OBJ) \
+	    -o $@ -L$(BUILDDIR)/lib -lnccl $(RUNPATH) $(BENCH_LIBS) $(LIBS)
+
+include makefiles/tests.mk
+include makefiles/install.mk
+
+clean:
+	rm -rf $(BUILDDIR)
+
+-include $(shell find $(BUILDDIR)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,42 @@
+# Compiler flags shared by every part of the build.
+CC        ?= gcc
+CXX       ?= g++
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+WERROR    ?= 1
+DEBUG     ?= 0
+ASAN      ?= 0
+UBSAN     ?= 0
+MPI       ?= 0
+# Default GPU targets: sm_80 and sm_90 code plus compute_90 PTX.
+NVCC_GENCODE ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+                -gencode=arch=compute_90,code=compute_90
+
+WARNFLAGS := -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+ifeq ($(WERROR),1)
+WARNFLAGS += -Werror
+endif
+
+ifeq ($(DEBUG),1)
+OPTFLAGS := -O0 -g3
+else
+OPTFLAGS := -O2 -g
+endif
+
+SANFLAGS :=
+ifeq ($(ASAN),1)
+SANFLAGS += -fsanitize=address -fno-omit-frame-pointer
+endif
+ifeq ($(UBSAN),1)
+SANFLAGS += -fsanitize=undefined -fno-sanitize-recover=undefined
+endif
+
+INCFLAGS := -I$(BUILDDIR)/include -I$(BUILDDIR)/gen -Isrc
+CFLAGS_LIB := -std=c11 -D_GNU_SOURCE -fPIC -fvisibility=hidden -pthread \
+              $(OPTFLAGS) $(WARNFLAGS) $(SANFLAGS) $(INCFLAGS) -MMD -MP
+CXXFLAGS_TEST := -std=c++17 -D_GNU_SOURCE -pthread $(OPTFLAGS) $(WARNFLAGS) -Wno-sign-compare \
+                 $(SANFLAGS) $(INCFLAGS) -MMD -MP
+CFLAGS_TOOL := -std=c11 -D_GNU_SOURCE -pthread $(OPTFLAGS) $(WARNFLAGS) $(SANFLAGS) $(INCFLAGS) -MMD -MP
+LIBS := -lpthread -lrt -ldl -lm
+# Programs find Mend's library next to them (build/bin -> build/lib); LD_LIBRARY_PATH still wins.
+RUNPATH := -Wl,--enable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib'

@@ -1,0 +1,23 @@
+/*
+ * Doorbells: a 32-bit futex word a waiter sleeps on and a producer rings after it advanced a
+ * counter the waiter cares about.  Shared (not PRIVATE) futexes, so a bell in a shared-memory
+ * segment wakes a waiter in another process.  Waits spin briefly, then block with a time bound:
+ * 8 ranks on 2 cores still progress, and no wait can outlive an abort.
+ */
+#ifndef MEND_MISC_BELL_H_
+#define MEND_MISC_BELL_H_
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef _Atomic uint32_t mendBell_t;
+
+/* Bump the bell and wake every waiter on it. */
+void mendBellRing(mendBell_t* bell);
+/* Sleep while *bell == seen, at most timeoutUs microseconds (0: do not sleep). */
+void mendBellWait(mendBell_t* bell, uint32_t seen, int64_t timeoutUs);
+static inline uint32_t mendBellRead(mendBell_t* bell) {
+  return atomic_load_explicit(bell, memory_order_acquire);
+}
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * Connections.  Each (channel, peer, direction, connIndex) has a connector: a FIFO of slots with
+ * head/tail counters.  The executor (host engine or CUDA kernel) only ever sees this FIFO; the
+ * transport behind it decides where the slots live and who moves them:
+ *   p2p : ranks of one process; the FIFO and slots are in the receiver's memory.
+ *   shm : ranks of one host, different processes; FIFO and slots in a shared-memory segment.
+ *   net : ranks on different hosts; each side has a local FIFO and the proxy thread moves slots
+ *         through the Net (socket, or the resilient net stacked over several NICs).
+ *
+ * Protocol (the only contract between executor and transport):
+ *   producer: slot s = tail % nSlots is free when tail - head < nSlots.  Write data into
+ *             buff + s * slotBytes, set bytes[s], then tail += 1 (release) and ring peerBell.
+ *   consumer: slot s = head % nSlots is full when tail > head (acquire).  Read bytes[s] bytes,
+ *             then head += 1 (release) and ring peerBell.
+ * A slot's ready notification (tail) reaches the consumer exactly once and in order, even when
+ * the net layer replays data after a failure.
+ */
+#ifndef MEND_TRANSPORT_TRANSPORT_H_
+#define MEND_TRANSPORT_TRANSPORT_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "misc/bell.h"
+
+#define MEND_FIFO_SLOTS 8        /* slots per connector (NCCL_STEPS) */
+#define MEND_CONN_COLL 0         /* connIndex of collective connectors */
+#define MEND_CONN_P2P 1          /* connIndex of send/recv connectors (never shared with collectives) */
+#define MEND_NCONN_INDEX 2
+
+enum mendConnDir { MEND_SEND = 0, MEND_RECV = 1 };
+enum mendTransportKind {
+  MEND_TRANSPORT_P2P = 0,  /* same process */
+  MEND_TRANSPORT_SHM = 1,  /* same host */
+  MEND_TRANSPORT_NET = 2   /* other host, through the proxy */
+};
+
+/* Counters shared by the two ends of a connection (each on its own cache line). */
+struct mendFifo {
+  _Atomic uint64_t tail;                /* slots posted by the producer */
+  char pad0[64 - sizeof(uint64_t)];
+  _Atomic uint64_t head;                /* slots consumed by the consumer */
+  char pad1[64 - sizeof(uint64_t)];
+  uint64_t bytes[MEND_FIFO_SLOTS];      /* valid bytes in each posted slot */
+};
+
+struct mendConnector {
+  int peer;                 /* remote rank */
+  int channel;              /* channel index */
+  int dir;                  /* enum mendConnDir: which end of the FIFO we are */
+  int connIndex;            /* MEND_CONN_COLL or MEND_CONN_P2P */
+  int kind;                 /* enum mendTransportKind */
+  int connected;            /* 1 once usable */
+  struct mendFifo* fifo;    /* head/tail this end reads and writes */
+  char* buff;               /* slot memory: slot i at buff + i * slotBytes */
+  size_t slotBytes;         /* bytes per slot (NCCL_BUFFSIZE / MEND_FIFO_SLOTS) */
+  int nSlots;               /* MEND_FIFO_SLOTS */
+  mendBell_t* peerBell;     /* ring after moving tail (producer) or head (consumer) */
+  void* priv;               /* transport-private state */
+};
+
+/* A connection request; both ends list matching requests in the same order
+ * (my SEND to P on channel c, connIndex k  <->  P's RECV from me on channel c, connIndex k). */
+struct mendConnReq {
+  int peer;       /* remote rank */
+  int channel;    /* channel index */
+  int dir;        /* enum mendConnDir */
+  int connIndex;  /* MEND_CONN_COLL or MEND_CONN_P2P */
+};
+
+struct ncclComm;
+
+/* At init, after the bootstrap and peer info: topology, bells, per-peer transport choice, proxy.
+ * Also fills comm->nChannels and each channel's ring, tree and netDev. */
+ncclResult_t mendTransportInit(struct ncclComm* comm);
+/* Establish every connector in reqs that is not connected yet.  Blocks (bounded, abort-aware) until
+ * the peers made the matching calls; each comm must run it in its own thread when one thread drives
+ * several comms. */
+ncclResult_t mendTransportConnect(struct ncclComm* comm, int nReqs, const struct mendConnReq* reqs);
+/* The connector, or NULL when not connected yet. */
+struct mendConnector* mendTransportGetConn(struct ncclComm* comm, int channel, int peer, int dir, int connIndex);
+/* Which transport reaches `peer` (for the planner's cost model). */
+int mendTransportKindOf(struct ncclComm* comm, int peer);
+/* Stop the proxy and release every connector.  With abort set, never waits for peers. */
+ncclResult_t mendTransportFree(struct ncclComm* comm);
+
+#endif

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs every Mend test and ends with one line: "tests: N passed, M failed[, K skipped]".
+#  - $BUILDDIR/tests/unit_tests (GoogleTest): each test case counts.
+#  - $BUILDDIR/tests/<program> (tests/integration/*.c), tests/integration/*.sh, tests/testbed/test_*.sh:
+#    lines "ok <name>" / "not ok <name>" count one test each; otherwise exit 0 passes, 77 skips.
+# MEND_TEST_FILTER (an extended regex on the test program's name) runs a subset.
+set -u
+cd "$(dirname "$0")/.."
+BUILDDIR=${BUILDDIR:-build}
+BUILDDIR=$(cd "$BUILDDIR" && pwd)
+export LD_LIBRARY_PATH="$BUILDDIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MEND_BUILDDIR="$BUILDDIR"
+FILTER=${MEND_TEST_FILTER:-.}
+TIMEOUT=${MEND_TEST_TIMEOUT:-600}
+LOGDIR="$BUILDDIR/test-logs"
+mkdir -p "$LOGDIR"
+pass=0; fail=0; skip=0; failed_names=()
+
+# Every run must use Mend's library, never NVIDIA's from the CUDA toolkit.
+lib="$BUILDDIR/lib/libnccl.so.2"
+# (Each test program also checks at run time, with dladdr, that the library it loaded is this one.)
+if ! grep -a -q 'MEND_LIBRARY_BANNER' "$lib" 2>/dev/null; then
+  echo "FATAL: $lib is not Mend's library"; echo "tests: 0 passed, 1 failed"; exit 1
+fi
+
+count_output() { # name logfile rc
+  local name=$1 log=$2 rc=$3 p f
+  p=$(grep -cE '^ok ' "$log"); f=$(grep -cE '^not ok ' "$log")
+  if [ "$p" -gt 0 ] || [ "$f" -gt 0 ]; then
+    pass=$((pass + p)); fail=$((fail + f))
+    [ "$f" -gt 0 ] && failed_names+=("$name: $(grep -E '^not ok ' "$log" | head -5 | tr '\n' ' ')")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then fail=$((fail + 1)); failed_names+=("$name (exit $rc)"); fi
+  elif [ "$rc" -eq 0 ]; then pass=$((pass + 1))
+  elif [ "$rc" -eq 77 ]; then skip=$((skip + 1))
+  else fail=$((fail + 1)); failed_names+=("$name (exit $rc)"); fi
+}
+
+run_one() { # name cmd...
+  local name=$1; shift
+  [[ "$name" =~ $FILTER ]] || return 0
+  local log="$LOGDIR/$name.log" start=$SECONDS rc
+  timeout -k 10 "$TIMEOUT" "$@" > "$log" 2>&1; rc=$?
+  [ $rc -eq 124 ] && echo "not ok $name: timed out after ${TIMEOUT}s" >> "$log"
+  count_output "$name" "$log" "$rc"
+  printf '%-40s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start))
+}
+
+# GoogleTest suite: count test cases from its JSON report.
+if [ -x "$BUILDDIR/tests/unit_tests" ] && [[ unit_tests =~ $FILTER ]]; then
+  json="$LOGDIR/unit_tests.json"; rm -f "$json"
+  start=$SECONDS
+  timeout -k 10 "$TIMEOUT" "$BUILDDIR/tests/unit_tests" --gtest_output=json:"$json" > "$LOGDIR/unit_tests.log" 2>&1
+  rc=$?
+  if [ -f "$json" ]; then
+    read -r t f d < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["tests"], j["failures"], j.get("disabled",0))' "$json")
+    pass=$((pass + t - f - d)); fail=$((fail + f))
+    [ "$f" -gt 0 ] && failed_names+=("unit_tests: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$LOGDIR/unit_tests.log" | sort -u | head -10 | tr '\n' ' ')")
+  else
+    fail=$((fail + 1)); failed_names+=("unit_tests (exit $rc, no report)")
+  fi
+  printf '%-40s rc=%-3d %4ds\n' unit_tests "$rc" $((SECONDS - start))
+fi
+
+for t in "$BUILDDIR"/tests/*; do
+  [ -x "$t" ] && [ -f "$t" ] || continue
+  n=$(basename "$t"); [ "$n" = unit_tests ] && continue
+  run_one "$n" "$t"
+done
+for t in tests/integration/*.sh tests/testbed/test_*.sh; do
+  [ -f "$t" ] || continue
+  run_one "$(basename "$t" .sh)" bash "$t"
+done
+
+for n in "${failed_names[@]}"; do echo "FAILED: $n"; done
+[ "$skip" -gt 0 ] && echo "tests: $pass passed, $fail failed, $skip skipped" || echo "tests: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
