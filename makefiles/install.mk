@@ -13,3 +13,7 @@ install: default
 	    src/nccl.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/nccl.pc
 	for t in $(TOOLS) $(BENCHES); do install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/; done
 	install -m 644 $(SHARE) $(DESTDIR)$(PREFIX)/share/mend/
+
+# Packages: make pkg.debian.build | pkg.redhat.build | pkg.txz.build
+pkg.%.build: default
+	BUILDDIR=$(BUILDDIR) bash pkg/$*/build.sh

@@ -35,3 +35,15 @@ test: tests
 # GPU suites: the same engine and transport tests on device buffers (needs a GPU).
 test-gpu: tests
 	BUILDDIR=$(BUILDDIR) MEND_TEST_GPU=1 bash tests/run.sh
+
+# Example plugins (built for the tests; they show plugin authors the ABI).
+PLUGIN_FLAGS := -std=c11 -D_GNU_SOURCE -fPIC -shared $(OPTFLAGS) $(WARNFLAGS) -I$(BUILDDIR)/include
+EXAMPLE_PLUGINS := $(BUILDDIR)/lib/libnccl-net-example.so $(BUILDDIR)/lib/libnccl-net-example8.so \
+                   $(BUILDDIR)/lib/libnccl-tuner-example.so
+tests: $(EXAMPLE_PLUGINS)
+$(BUILDDIR)/lib/libnccl-net-example.so: ext-net/example/plugin.c ext-net/nccl_net.h | $(HEADER)
+	$(CC) $(PLUGIN_FLAGS) $< -o $@
+$(BUILDDIR)/lib/libnccl-net-example8.so: ext-net/example/plugin.c ext-net/nccl_net.h | $(HEADER)
+	$(CC) $(PLUGIN_FLAGS) -DEXAMPLE_NET_ABI=8 $< -o $@
+$(BUILDDIR)/lib/libnccl-tuner-example.so: ext-tuner/example/plugin.c ext-tuner/nccl_tuner.h | $(HEADER)
+	$(CC) $(PLUGIN_FLAGS) $< -o $@

@@ -10,7 +10,9 @@
 
 #include <stdint.h>
 
-/* Levels, with the numeric values of NCCL's plugin logger. */
+/* Levels, with the numeric values of NCCL's plugin logger (ext-net/nccl_net.h skips its copy). */
+#ifndef NCCL_LOG_TYPES_DEFINED
+#define NCCL_LOG_TYPES_DEFINED
 typedef enum {
   NCCL_LOG_NONE = 0,    /* nothing */
   NCCL_LOG_VERSION = 1, /* version banner only */
@@ -38,9 +40,10 @@ typedef enum {
   NCCL_REG = 0x2000,
   NCCL_PROFILE = 0x4000,
   NCCL_RAS = 0x8000,
-  MEND_RESIL = 0x10000, /* Mend: failure detection, failover, health */
   NCCL_ALL = ~0
 } ncclDebugLogSubSys;
+#endif
+#define MEND_RESIL 0x10000 /* Mend's subsystem: failure detection, failover, health */
 
 /* The plugin logger signature (ncclDebugLogger_t in NCCL's plugin headers). */
 typedef void (*mendDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# ABI tests: (1) Mend's header compiles as C and C++ with NCCL's layouts; (2) Mend exports a superset
+# of NVIDIA's libnccl.so.2 symbols, ncclX weak + pncclX strong, nothing else, no symbol versions;
+# (3) a program compiled against NVIDIA's nccl.h (CUDA toolkit) runs against Mend's library.
+set -u
+cd "$(dirname "$0")/../.."
+B=${MEND_BUILDDIR:-build}
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+LIB="$B/lib/libnccl.so.2"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+ok() { echo "ok $1"; }
+nok() { echo "not ok $1: $2"; }
+
+if gcc -std=c11 -Wall -Wextra -Werror -pedantic -I"$B/include" tests/abi/header_check.c -o "$T/hc" 2>"$T/e" && "$T/hc"; then
+  ok header_compiles_as_c11; else nok header_compiles_as_c11 "$(head -3 "$T/e")"; fi
+if g++ -std=c++17 -Wall -Wextra -Werror -x c++ -I"$B/include" tests/abi/header_check.c -o "$T/hcpp" 2>"$T/e" && "$T/hcpp"; then
+  ok header_compiles_as_cxx17; else nok header_compiles_as_cxx17 "$(head -3 "$T/e")"; fi
+
+nm -D --defined-only "$LIB" | awk '{print $2, $3}' | sort -k2 > "$T/ours"
+bad=$(awk '$2 !~ /^p?nccl/' "$T/ours" | head -5)
+[ -z "$bad" ] && ok exports_only_nccl_names || nok exports_only_nccl_names "$bad"
+weak=$(awk '$2 ~ /^nccl/ && $1 != "W" && $2 != "ncclResetDebugInitInternal"' "$T/ours" | head -5)
+[ -z "$weak" ] && ok nccl_symbols_are_weak || nok nccl_symbols_are_weak "$weak"
+strong=$(awk '$2 ~ /^pnccl/ && $1 != "T"' "$T/ours" | head -5)
+[ -z "$strong" ] && ok pnccl_symbols_are_strong || nok pnccl_symbols_are_strong "$strong"
+missing_p=$(awk '$2 ~ /^nccl/ && $2 != "ncclResetDebugInitInternal" {print "p"$2}' "$T/ours" | while read -r s; do grep -q " $s$" "$T/ours" || echo "$s"; done | head -5)
+[ -z "$missing_p" ] && ok every_nccl_has_pnccl_twin || nok every_nccl_has_pnccl_twin "$missing_p"
+if readelf -V "$LIB" | grep -q 'Version definition'; then nok no_symbol_versions "found .gnu.version_d"; else ok no_symbol_versions; fi
+soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libnccl.so.2 ] && ok soname_is_libnccl_so_2 || nok soname_is_libnccl_so_2 "$soname"
+if [ -f "$B/lib/libnccl_static.a" ] && [ -f "$B/lib/pkgconfig/nccl.pc" ] && [ -L "$B/lib/libnccl.so" ]; then
+  ok build_layout; else nok build_layout "missing static lib, pkg-config file or symlink"; fi
+
+NV_LIB="$CUDA/lib64/libnccl.so.2"; NV_H="$CUDA/include/nccl.h"
+if [ ! -f "$NV_LIB" ] || [ ! -f "$NV_H" ]; then
+  echo "ok nvidia_superset # SKIP no NVIDIA NCCL in $CUDA"; echo "ok nvidia_header_program # SKIP"; exit 0
+fi
+nm -D --defined-only "$NV_LIB" | awk '$3 ~ /^p?nccl/ {print $3}' | sort -u > "$T/nv"
+missing=$(awk '{print $2}' "$T/ours" | sort -u | comm -23 "$T/nv" - | head -10 | tr '\n' ' ')
+[ -z "$missing" ] && ok nvidia_superset_$(wc -l < "$T/nv")_symbols || nok nvidia_superset "missing: $missing"
+
+# Build against NVIDIA's header, link and run against Mend's library.
+if gcc -std=c11 -I"$CUDA/include" tests/abi/abi_probe.c -o "$T/probe" -L"$B/lib" -lnccl 2>"$T/e"; then
+  ok nvidia_header_program_builds
+  out=$(cd "$T" && NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$(cd "$OLDPWD" && cd "$B/lib" && pwd)" timeout 60 ./probe 2>&1); rc=$?
+  echo "$out" | grep -E '^(ok|not ok) '
+  lddout=$(LD_LIBRARY_PATH="$B/lib" ldd "$T/probe" | grep libnccl)
+  case "$lddout" in *"$B/lib/libnccl.so.2"*) ok probe_loads_mend_library;; *) nok probe_loads_mend_library "$lddout";; esac
+  echo "$out" | grep -q 'NCCL version 2\.28\.9-mend' && ok banner_names_mend || nok banner_names_mend "no '-mend' banner at NCCL_DEBUG=VERSION"
+  [ $rc -eq 0 ] && ok probe_exit_code || nok probe_exit_code "rc=$rc"
+else
+  nok nvidia_header_program_builds "$(head -3 "$T/e")"
+fi

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Packaging: the Debian packages and the tarball build and hold the right files.
+set -u
+cd "$(dirname "$0")/../.."
+B=${MEND_BUILDDIR:-build}
+command -v dpkg-deb >/dev/null || { echo "ok pkg # SKIP no dpkg-deb"; exit 0; }
+out=$(BUILDDIR="$B" bash pkg/debian/build.sh 2>&1) || { echo "not ok pkg_debian_build: $out"; exit 1; }
+run=$(echo "$out" | grep 'libnccl2-mend_.*\.deb$'); dev=$(echo "$out" | grep 'libnccl-mend-dev_.*\.deb$')
+c=$(dpkg-deb -c "$run")
+echo "$c" | grep -q 'libnccl.so.2.28.9$' && echo "$c" | grep -q 'libnccl.so.2 -> ' && echo "ok pkg_debian_runtime_contents" || echo "not ok pkg_debian_runtime_contents: $c"
+dpkg-deb -f "$run" Provides | grep -q 'libnccl2' && echo "ok pkg_debian_provides_libnccl2" || echo "not ok pkg_debian_provides_libnccl2"
+d=$(dpkg-deb -c "$dev")
+echo "$d" | grep -q 'include/nccl.h$' && echo "$d" | grep -q 'libnccl_static.a$' && echo "$d" | grep -q 'pkgconfig/nccl.pc$' \
+  && echo "ok pkg_debian_dev_contents" || echo "not ok pkg_debian_dev_contents: $d"
+txz=$(BUILDDIR="$B" bash pkg/txz/build.sh 2>&1 | tail -1)
+t=$(tar -tJf "$txz" 2>&1)
+echo "$t" | grep -q 'lib/libnccl.so.2.28.9$' && echo "$t" | grep -q 'include/nccl.h$' && echo "ok pkg_txz_contents" || echo "not ok pkg_txz_contents: $t"
