@@ -8,6 +8,7 @@
 #ifndef MEND_MISC_DEBUG_H_
 #define MEND_MISC_DEBUG_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Levels, with the numeric values of NCCL's plugin logger (ext-net/nccl_net.h skips its copy). */
@@ -66,10 +67,21 @@ void mendDebugSetDevice(int dev);
 const char* mendDebugLastError(void);
 /* Forget the parsed environment (ncclResetDebugInit). */
 void mendDebugReset(void);
+/* Copy of the last WARN text taken under the log lock (safe while other threads WARN). */
+void mendDebugLastErrorCopy(char* buf, size_t len);
+/* Parsers behind NCCL_DEBUG and NCCL_DEBUG_SUBSYS (exposed for tests and tools).
+ * Level: a name (any case) or a digit 0..5; -1 when unrecognised.  Subsystems: comma list with ALL and
+ * a leading ^ for "all except"; the first unknown name is copied to `bad` (may be NULL). */
+int mendDebugParseLevel(const char* s);
+uint64_t mendDebugParseSubsys(const char* s, char* bad, size_t badLen);
 
 static inline int mendDebugEnabled(ncclDebugLogLevel level, unsigned long flags) {
-  if (mendDebugLevel < 0) mendDebugInit();
-  return mendDebugLevel >= (int)level && (level <= NCCL_LOG_WARN || (mendDebugMask & flags));
+  int lvl = __atomic_load_n(&mendDebugLevel, __ATOMIC_ACQUIRE);
+  if (lvl < 0) {
+    mendDebugInit();
+    lvl = __atomic_load_n(&mendDebugLevel, __ATOMIC_ACQUIRE);
+  }
+  return lvl >= (int)level && (level <= NCCL_LOG_WARN || (__atomic_load_n(&mendDebugMask, __ATOMIC_RELAXED) & flags));
 }
 
 #define WARN(...) mendDebugLog(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, __VA_ARGS__)

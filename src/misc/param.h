@@ -35,5 +35,13 @@ const struct mendParamInfo* mendParamGet(int i);
 const char* mendGetEnv(const char* name);
 /* Drop cached values (tests that change the environment). */
 void mendParamResetCache(void);
+/* Index of the row for variable `env`, or -1. */
+int mendParamFind(const char* env);
+/* Integer syntax of every integer parameter: optional sign, decimal or 0x hex, surrounding blanks.
+ * Returns 1 and sets *out when `s` is one such number that fits in int64_t, else 0. */
+int mendParamParseInt(const char* s, int64_t* out);
+/* Once per process (init calls it): a line for every NCCL_* / MEND_* variable in the environment or the
+ * config file that no registry row declares (INFO for NCCL_*, WARN for MEND_*). */
+void mendParamCheckEnv(void);
 
 #endif

@@ -8,6 +8,9 @@ that namespace's NICs. Standard library only; this machine has no ping or iperf.
       ICMP echo over a raw socket; exit 0 if any reply came back, 1 otherwise.
       --iface binds the socket to one NIC (SO_BINDTODEVICE) so the probe cannot take
       another rail.
+  bcast --iface NIC [--count N] [--port P]
+      Send N UDP broadcast datagrams (255.255.255.255) out of one NIC: they reach every NIC
+      on that NIC's switch and nothing else, which shows which NICs share a broadcast domain.
   tcprecv --bind ADDR --port P [--timeout S]
       Accept one TCP connection, count bytes until EOF, print one JSON line
       {"bytes": B, "seconds": T} (T from the first byte to EOF). Prints "ready" once listening.
@@ -56,7 +59,9 @@ def ping(addr, iface=None, count=1, timeout=1.0):
                 # `count` keeps meaning "attempts spread over count*timeout seconds".
                 time.sleep(timeout)
                 continue
-            if _await_reply(sock, addr, ident, seq, time.monotonic() + timeout):
+            sent = time.monotonic()
+            if _await_reply(sock, addr, ident, seq, sent + timeout):
+                print("reply from %s in %.3f ms" % (addr, (time.monotonic() - sent) * 1e3))
                 return True
         return False
     finally:
@@ -80,6 +85,18 @@ def _await_reply(sock, addr, ident, seq, deadline):
         kind, _, _, rid, rseq = struct.unpack("!BBHHH", data[ihl:ihl + 8])
         if kind == ICMP_ECHO_REPLY and rid == ident and rseq == seq:
             return True
+
+
+def bcast(iface, count=3, port=9):
+    """Send `count` UDP broadcasts out of `iface` (port 9: discard)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, iface.encode())
+        for _ in range(count):
+            sock.sendto(b"mend-testbed-broadcast", ("255.255.255.255", port))
+    finally:
+        sock.close()
 
 
 def tcprecv(bind, port, timeout):
@@ -146,6 +163,10 @@ def main(argv=None):
     p.add_argument("--iface")
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--timeout", type=float, default=1.0)
+    b = sub.add_parser("bcast")
+    b.add_argument("--iface", required=True)
+    b.add_argument("--count", type=int, default=3)
+    b.add_argument("--port", type=int, default=9)
     r = sub.add_parser("tcprecv")
     r.add_argument("--bind", required=True)
     r.add_argument("--port", type=int, required=True)
@@ -158,6 +179,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.cmd == "ping":
         return 0 if ping(args.addr, args.iface, max(1, args.count), args.timeout) else 1
+    if args.cmd == "bcast":
+        bcast(args.iface, max(1, args.count), args.port)
+        return 0
     if args.cmd == "tcprecv":
         nbytes, secs = tcprecv(args.bind, args.port, args.timeout)
         print(json.dumps({"bytes": nbytes, "seconds": secs}), flush=True)

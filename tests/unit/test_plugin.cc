@@ -32,8 +32,12 @@ static void exchange(const mendNet_t* net, size_t bytes) {
   void *lc = nullptr, *sc = nullptr, *rc = nullptr;
   ASSERT_EQ(net->listen(ctx, 0, handle, &lc), ncclSuccess);
   for (int i = 0; i < 10000 && (!sc || !rc); i++) {
-    if (!sc) ASSERT_EQ(net->connect(ctx, 0, handle, &sc), ncclSuccess);
-    if (!rc) ASSERT_EQ(net->accept(lc, &rc), ncclSuccess);
+    if (!sc) {
+      ASSERT_EQ(net->connect(ctx, 0, handle, &sc), ncclSuccess);
+    }
+    if (!rc) {
+      ASSERT_EQ(net->accept(lc, &rc), ncclSuccess);
+    }
   }
   ASSERT_TRUE(sc && rc);
   std::vector<char> src(bytes), dst(bytes + 16, 0);
@@ -50,8 +54,12 @@ static void exchange(const mendNet_t* net, size_t bytes) {
   ASSERT_TRUE(sreq && rreq);
   int sdone = 0, rdone = 0, got = -1, sent = -1;
   for (long i = 0; i < 20000000 && (!sdone || !rdone); i++) {
-    if (!sdone) ASSERT_EQ(net->test(sreq, &sdone, &sent), ncclSuccess);
-    if (!rdone) ASSERT_EQ(net->test(rreq, &rdone, &got), ncclSuccess);
+    if (!sdone) {
+      ASSERT_EQ(net->test(sreq, &sdone, &sent), ncclSuccess);
+    }
+    if (!rdone) {
+      ASSERT_EQ(net->test(rreq, &rdone, &got), ncclSuccess);
+    }
   }
   ASSERT_TRUE(sdone && rdone);
   EXPECT_EQ((size_t)got, bytes);

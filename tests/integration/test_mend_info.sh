@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# mend-info: the parameter table (header and rows of the misc section), --env, --version, exit codes.
+set -u
+cd "$(dirname "$0")/../.."
+B=${MEND_BUILDDIR:-build}
+TOOL="$B/bin/mend-info"
+ok() { echo "ok $1"; }
+nok() { echo "not ok $1: $2"; }
+if [ ! -x "$TOOL" ]; then echo "not ok mend_info_built: $TOOL missing"; exit 1; fi
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+
+env -u NCCL_DEBUG_SUBSYS MEND_FAULT_INJECT='socket.connect:3' NCCL_CONF_FILE="$T/none.conf" \
+    "$TOOL" --params > "$T/params" 2> "$T/err"; rc=$?
+[ $rc -eq 0 ] && ok params_exit_0 || nok params_exit_0 "rc=$rc $(head -3 "$T/err")"
+head -1 "$T/params" | grep -Eq '^NAME +TYPE +DEFAULT +UNIT +VALUE +DOC$' && ok params_header \
+  || nok params_header "$(head -1 "$T/params")"
+grep -Eq '^NCCL_DEBUG_SUBSYS +str +INIT,BOOTSTRAP,ENV +list +- +Subsystems logged at INFO' "$T/params" \
+  && ok params_row_debug_subsys || nok params_row_debug_subsys "$(grep NCCL_DEBUG_SUBSYS "$T/params")"
+grep -Eq '^NCCL_WARN_ENABLE_DEBUG_INFO +int +0 +bool +- ' "$T/params" \
+  && ok params_row_int || nok params_row_int "$(grep NCCL_WARN_ENABLE_DEBUG_INFO "$T/params")"
+grep -Eq '^MEND_FAULT_INJECT +str +- +list +socket\.connect:3 +Testing:' "$T/params" \
+  && ok params_row_shows_value || nok params_row_shows_value "$(grep MEND_FAULT_INJECT "$T/params")"
+grep -Eq '^NCCL_NVLS_ENABLE +str .*accepted for compatibility; no effect in Mend$' "$T/params" \
+  && ok params_row_compat || nok params_row_compat "$(grep NCCL_NVLS_ENABLE "$T/params")"
+# Every row has the same column layout as the header: the DOC column starts at one offset.
+col=$(head -1 "$T/params" | awk '{print index($0, "DOC")}')
+badrows=$(awk -v c="$col" 'NR > 1 && substr($0, c - 2, 2) != "  " {print $1}' "$T/params" | head -3)
+[ -z "$badrows" ] && ok params_aligned || nok params_aligned "$badrows"
+dups=$(awk 'NR > 1 {print $1}' "$T/params" | sort | uniq -d | head -3)
+[ -z "$dups" ] && ok params_unique || nok params_unique "$dups"
+
+# --env: only what is set, from the environment or the config file.
+printf '# test\nNCCL_DEBUG_FILE=/dev/null\n' > "$T/c.conf"
+env -u NCCL_DEBUG -u NCCL_DEBUG_SUBSYS -u MEND_FAULT_INJECT NCCL_CONF_FILE="$T/c.conf" NCCL_WARN_ENABLE_DEBUG_INFO=1 \
+    "$TOOL" --env > "$T/env" 2>&1
+grep -qx 'NCCL_WARN_ENABLE_DEBUG_INFO=1  (environment)' "$T/env" && ok env_lists_environment \
+  || nok env_lists_environment "$(cat "$T/env")"
+grep -qx 'NCCL_DEBUG_FILE=/dev/null  (config file)' "$T/env" && ok env_lists_config_file \
+  || nok env_lists_config_file "$(cat "$T/env")"
+grep -q '^NCCL_DEBUG_SUBSYS=' "$T/env" && nok env_only_set "NCCL_DEBUG_SUBSYS listed" || ok env_only_set
+
+"$TOOL" --version > "$T/ver"; rc=$?
+[ $rc -eq 0 ] && grep -Eq '^NCCL version 2\.[0-9]+\.[0-9]+.*\+(host|cuda[0-9]+\.[0-9]+) \(code [0-9]+\), Mend ' "$T/ver" \
+  && ok version_line || nok version_line "rc=$rc $(cat "$T/ver")"
+"$TOOL" -h > "$T/h"; rc=$?
+[ $rc -eq 0 ] && grep -q -- '--params' "$T/h" && ok help_exit_0 || nok help_exit_0 "rc=$rc"
+"$TOOL" --bogus > /dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok bad_option_exit_2 || nok bad_option_exit_2 "rc=$rc"
+"$TOOL" > /dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok no_option_exit_2 || nok no_option_exit_2 "rc=$rc"
+exit 0
