@@ -36,6 +36,7 @@ HEADER   := $(BUILDDIR)/include/nccl.h
 # Build-time generators: src/<dir>/gen_<x>.py writes $(BUILDDIR)/gen/<dir>/gen_<x>.h (stdout).
 GEN_PY   := $(shell find src -name 'gen_*.py' | sort)
 GEN_H    := $(GEN_PY:src/%.py=$(BUILDDIR)/gen/%.h)
+.SECONDARY: $(GEN_H)
 STATIC   := $(BUILDDIR)/lib/libnccl_static.a
 SHARED   := $(BUILDDIR)/lib/$(LIBFILE)
 PCFILE   := $(BUILDDIR)/lib/pkgconfig/nccl.pc
