@@ -128,7 +128,7 @@ struct ncclComm {
   pthread_mutex_t lock;           /* protects the fields below */
   pthread_t initThread;           /* non-blocking init/split worker */
   int initThreadRunning;          /* initThread must be joined */
-  struct mendUserRedOp userRedOps[MEND_MAX_USER_REDOPS]; /* PreMulSum ops */
+  struct mendUserRedOp userRedOps[MEND_MAX_USER_REDOPS]; /* PreMulSum ops; op value = ncclNumOps + slot */
   struct ncclComm* parent;        /* communicator this one was split/shrunk from, or NULL */
   int destroyed;                  /* guards double destroy */
 };

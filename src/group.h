@@ -19,4 +19,13 @@ int mendGroupDepth(void);
 ncclResult_t mendGroupAddJob(struct ncclComm* comm, ncclResult_t (*fn)(void* arg), void* arg,
                              void (*freeArg)(void* arg));
 
+/* ---- collectives and send/recv (group.c) ---- */
+struct mendOp;
+/* Queue a checked operation: inside a group it runs at the outermost ncclGroupEnd (with every
+ * other op of the group, all communicators together), outside it runs now as a group of one. */
+ncclResult_t mendGroupEnqueue(const struct mendOp* op);
+/* An API call inside a group failed: ncclGroupEnd returns this error and drops the group's
+ * operations (as NCCL does).  Outside a group it does nothing. */
+void mendGroupSetError(ncclResult_t res);
+
 #endif

@@ -1,0 +1,198 @@
+/*
+ * Collective and point-to-point entry points.  Each checks its arguments (WARN naming the problem,
+ * ncclInvalidArgument / ncclInvalidUsage), resolves the reduction op at once (a PreMulSum op may
+ * be destroyed before ncclGroupEnd), logs an INFO COLL line as NCCL does, and hands a struct
+ * mendOp to the group.  A count of 0 is a valid no-op (still checked).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "api.h"
+#include "checks.h"
+#include "comm.h"
+#include "enqueue/plan.h"
+#include "group.h"
+
+/* Which buffers an operation reads/writes on this rank. */
+#define NEED_SEND 0x1
+#define NEED_RECV 0x2
+
+static ncclResult_t checkCommReady(struct ncclComm* comm, const char* api) {
+  MENDCHECK(mendCommCheck(comm, api));
+  int state = atomic_load(&comm->state);
+  ncclResult_t async = (ncclResult_t)atomic_load(&comm->asyncResult);
+  MENDARGCHECK(state != MEND_COMM_INITIALIZING, ncclInvalidArgument,
+               "%s: communicator %p is still initializing (poll ncclCommGetAsyncError until ncclSuccess)", api,
+               (void*)comm);
+  MENDARGCHECK(state != MEND_COMM_FINALIZED, ncclInvalidUsage, "%s: communicator %p was finalized", api, (void*)comm);
+  MENDARGCHECK(state != MEND_COMM_REVOKED, ncclInvalidUsage, "%s: communicator %p was revoked", api, (void*)comm);
+  MENDARGCHECK(!mendCommAborted(comm), ncclInvalidUsage, "%s: communicator %p was aborted", api, (void*)comm);
+  if (state == MEND_COMM_FAILED || (async != ncclSuccess && async != ncclInProgress)) {
+    WARN("%s: communicator %p has failed (%s)", api, (void*)comm,
+         ncclGetErrorString(async != ncclSuccess ? async : ncclInvalidUsage));
+    return async != ncclSuccess && async != ncclInProgress ? async : ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* Everything but the buffers: communicator, stream, datatype, op, root/peer. */
+static ncclResult_t checkArgs(struct mendOp* op, cudaStream_t stream, const char* api, int hasOp, int hasRoot) {
+  struct ncclComm* comm = op->comm;
+  MENDCHECK(checkCommReady(comm, api));
+  if (comm->hostMode) {
+    MENDARGCHECK(stream == NULL, ncclInvalidArgument,
+                 "%s: stream %p must be NULL: communicator %p runs in host mode (no CUDA device)", api,
+                 (void*)stream, (void*)comm);
+  } else {
+    WARN("%s: communicator %p has a CUDA device, but the device executor is not available in this build", api,
+         (void*)comm);
+    return ncclInvalidUsage;
+  }
+  MENDARGCHECK((int)op->type >= 0 && (int)op->type < ncclNumTypes, ncclInvalidArgument,
+               "%s: invalid datatype %d (valid: 0..%d)", api, (int)op->type, ncclNumTypes - 1);
+  if (!hasOp) {
+    /* Copies still carry a well-formed op of the right datatype (executors size elements by it). */
+    MENDCHECK(mendRedOpResolve(ncclSum, op->type, comm->nRanks, &op->redop));
+  } else {
+    MENDARGCHECK((int)op->userOp >= 0, ncclInvalidArgument, "%s: invalid reduction operation %d", api,
+                 (int)op->userOp);
+    if (mendRedOpResolveComm(comm, op->userOp, op->type, &op->redop) != ncclSuccess) {
+      WARN("%s: invalid reduction operation %d for datatype %s on communicator %p", api, (int)op->userOp,
+           mendTypeName(op->type), (void*)comm);
+      return ncclInvalidArgument;
+    }
+  }
+  if (hasRoot) {
+    MENDARGCHECK(op->root >= 0 && op->root < comm->nRanks, ncclInvalidArgument, "%s: invalid %s %d (nranks %d)",
+                 api, (op->func == MEND_FUNC_SEND || op->func == MEND_FUNC_RECV) ? "peer" : "root", op->root,
+                 comm->nRanks);
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t checkBuffers(const struct mendOp* op, int need, const char* api) {
+  if (op->count == 0) return ncclSuccess;
+  MENDARGCHECK(!(need & NEED_SEND) || op->sendbuff != NULL, ncclInvalidArgument,
+               "%s: sendbuff is NULL with count %zu", api, op->count);
+  MENDARGCHECK(!(need & NEED_RECV) || op->recvbuff != NULL, ncclInvalidArgument,
+               "%s: recvbuff is NULL with count %zu", api, op->count);
+  size_t ts = mendTypeSize(op->type);
+  MENDARGCHECK(op->count <= SIZE_MAX / ts / (size_t)op->comm->nRanks, ncclInvalidArgument,
+               "%s: count %zu overflows the address space", api, op->count);
+  return ncclSuccess;
+}
+
+/* Common tail: checks, log, queue.  need: NEED_* flags for this rank. */
+static ncclResult_t submit(struct mendOp* op, cudaStream_t stream, const char* api, int hasOp, int hasRoot,
+                           int needAll, int needRoot) {
+  ncclResult_t res = checkArgs(op, stream, api, hasOp, hasRoot);
+  if (res == ncclSuccess) {
+    int need = needAll | (hasRoot && op->comm->rank == op->root ? needRoot : 0);
+    res = checkBuffers(op, need, api);
+  }
+  if (res != ncclSuccess) {
+    mendGroupSetError(res);
+    return res;
+  }
+  struct ncclComm* comm = op->comm;
+  int p2p = op->func == MEND_FUNC_SEND || op->func == MEND_FUNC_RECV;
+  op->opCount = p2p ? comm->collSeq : comm->collSeq++;
+  INFO(p2p ? NCCL_P2P : NCCL_COLL,
+       "%s: opCount %lx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p",
+       mendFuncName(op->func), (unsigned long)op->opCount, op->sendbuff, op->recvbuff, op->count, (int)op->type,
+       (int)op->userOp, op->root, (void*)comm, comm->nRanks, (void*)stream);
+  res = mendGroupEnqueue(op);
+  if (res != ncclSuccess) mendGroupSetError(res);
+  return res;
+}
+
+#define OP(f, s, r, c, t, o, rt, cm) \
+  {.func = (f), .comm = (cm), .sendbuff = (s), .recvbuff = (r), .count = (c), .type = (t), .userOp = (o), .root = (rt)}
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, -1, comm);
+  return submit(&o, stream, "ncclAllReduce", 1, 0, NEED_SEND | NEED_RECV, 0);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                            ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root, comm);
+  return submit(&o, stream, "ncclBroadcast", 0, 1, NEED_RECV, NEED_SEND);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream);
+ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                        cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_BROADCAST, buff, buff, count, datatype, ncclSum, root, comm);
+  return submit(&o, stream, "ncclBcast", 0, 1, NEED_RECV, NEED_SEND);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                         int root, ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root, comm);
+  return submit(&o, stream, "ncclReduce", 1, 1, NEED_SEND, NEED_RECV);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                            ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, -1, comm);
+  return submit(&o, stream, "ncclAllGather", 0, 0, NEED_SEND | NEED_RECV, 0);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, -1, comm);
+  return submit(&o, stream, "ncclReduceScatter", 1, 0, NEED_SEND | NEED_RECV, 0);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_ALLTOALL, sendbuff, recvbuff, count, datatype, ncclSum, -1, comm);
+  return submit(&o, stream, "ncclAlltoAll", 0, 0, NEED_SEND | NEED_RECV, 0);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_GATHER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm);
+  return submit(&o, stream, "ncclGather", 0, 1, NEED_SEND, NEED_RECV);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                          ncclComm_t comm, cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_SCATTER, sendbuff, recvbuff, count, datatype, ncclSum, root, comm);
+  return submit(&o, stream, "ncclScatter", 0, 1, NEED_RECV, NEED_SEND);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                       cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_SEND, sendbuff, NULL, count, datatype, ncclSum, peer, comm);
+  return submit(&o, stream, "ncclSend", 0, 1, NEED_SEND, 0);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream);
+ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                       cudaStream_t stream) {
+  struct mendOp o = OP(MEND_FUNC_RECV, NULL, recvbuff, count, datatype, ncclSum, peer, comm);
+  return submit(&o, stream, "ncclRecv", 0, 1, NEED_RECV, 0);
+}

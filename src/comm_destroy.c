@@ -1,0 +1,96 @@
+/*
+ * Communicator teardown: ncclCommFinalize, ncclCommDestroy, ncclCommAbort, ncclCommRevoke.
+ *  - Destroy is orderly: transports first, then the bootstrap's BYE handshake (bounded by
+ *    MEND_BOOTSTRAP_CLOSE_TIMEOUT) so peers see a clean close, not a broken connection.
+ *  - Abort sets the abort flag first, so every wait in every layer returns, then frees without
+ *    waiting for any peer; threads that do not stop within MEND_ABORT_TIMEOUT are left (and the
+ *    memory they use is not freed) rather than waited for.
+ *  - Revoke stops in-flight work for good (abort flag) but keeps the bootstrap, so split and
+ *    shrink still work; only destroy or abort may follow (finalize is invalid).
+ */
+#include "api.h"
+#include "bootstrap.h"
+#include "bootstrap_priv.h"
+#include "checks.h"
+#include "comm.h"
+#include "init.h"
+#include "misc/debug.h"
+#include "misc/param.h"
+#include "transport/transport.h"
+
+ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
+  if (abort) atomic_store(&comm->abortFlag, 1);
+  if (!mendCommJoinInitThread(comm, abort ? mendParamAbortTimeout() : -1)) {
+    WARN("comm %p: the init thread did not stop within %lld ms; leaving the communicator allocated", (void*)comm,
+         (long long)mendParamAbortTimeout());
+    comm->magic = 0;
+    return ncclSuccess;
+  }
+  /* A revoked communicator's bootstrap is healthy: close it in order unless this is an abort. */
+  int hard = abort || (mendCommAborted(comm) && atomic_load(&comm->state) != MEND_COMM_REVOKED);
+  ncclResult_t res = mendTransportFree(comm);
+  if (comm->bootstrap) {
+    ncclResult_t r = hard ? mendBootstrapAbort(comm->bootstrap) : mendBootstrapClose(comm->bootstrap);
+    if (res == ncclSuccess) res = r;
+    comm->bootstrap = NULL;
+  }
+  mendMemReleaseComm(comm);
+  mendCommFree(comm);
+  return abort ? ncclSuccess : res;
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
+ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  MENDCHECK(mendCommCheck(comm, "ncclCommFinalize"));
+  int state = atomic_load(&comm->state);
+  MENDARGCHECK(state != MEND_COMM_INITIALIZING, ncclInvalidUsage,
+               "ncclCommFinalize: communicator %p is still initializing", (void*)comm);
+  MENDARGCHECK(state != MEND_COMM_REVOKED, ncclInvalidUsage,
+               "ncclCommFinalize: communicator %p was revoked; only destroy, split or shrink may follow", (void*)comm);
+  MENDARGCHECK(state != MEND_COMM_FINALIZED, ncclInvalidUsage, "ncclCommFinalize: communicator %p is already finalized",
+               (void*)comm);
+  MENDARGCHECK(state == MEND_COMM_READY, ncclInvalidUsage, "ncclCommFinalize: communicator %p failed to initialize",
+               (void*)comm);
+  /* Host mode: every operation completed when its call returned, so there is nothing left to flush. */
+  atomic_store(&comm->state, MEND_COMM_FINALIZED);
+  INFO(NCCL_INIT, "comm %p rank %d - Finalize COMPLETE", (void*)comm, comm->rank);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
+ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;  /* as NCCL: destroying NULL is a no-op */
+  MENDCHECK(mendCommCheck(comm, "ncclCommDestroy"));
+  int rank = comm->rank, nRanks = comm->nRanks;
+  int failed = atomic_load(&comm->state) == MEND_COMM_FAILED;
+  ncclResult_t res = mendCommTeardown(comm, failed);
+  INFO(NCCL_INIT, "comm %p rank %d nRanks %d - Destroy COMPLETE", (void*)comm, rank, nRanks);
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm);
+ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;  /* as NCCL */
+  MENDCHECK(mendCommCheck(comm, "ncclCommAbort"));
+  int rank = comm->rank;
+  mendCommTeardown(comm, 1);
+  INFO(NCCL_INIT, "comm %p rank %d - Abort COMPLETE", (void*)comm, rank);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags);
+ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  MENDCHECK(mendCommCheck(comm, "ncclCommRevoke"));
+  MENDARGCHECK(revokeFlags == NCCL_REVOKE_DEFAULT, ncclInvalidArgument,
+               "ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT (0), got %d", revokeFlags);
+  int state = atomic_load(&comm->state);
+  if (state == MEND_COMM_REVOKED) return ncclSuccess;
+  MENDARGCHECK(state == MEND_COMM_READY, ncclInvalidUsage,
+               "ncclCommRevoke: communicator %p is not ready (initializing, finalized or failed)", (void*)comm);
+  /* Keep the out-of-band network alive for split/shrink, then stop everything else for good. */
+  mendBootstrapDetachAbort(comm->bootstrap);
+  atomic_store(&comm->abortFlag, 1);
+  atomic_store(&comm->state, MEND_COMM_REVOKED);
+  INFO(NCCL_INIT, "comm %p rank %d - Revoke COMPLETE", (void*)comm, comm->rank);
+  return ncclSuccess;
+}

@@ -1,0 +1,237 @@
+/*
+ * Multi-process helpers for the lifecycle and abort tests: a test re-executes itself with a role
+ * argument once per rank, every child dies with its parent (PR_SET_PDEATHSIG) and has a watchdog,
+ * waits are bounded, and on any failure the parent kills every child it started.  Unique ids travel
+ * through files in a private temporary directory (written to a temporary name, then renamed).
+ */
+#ifndef MEND_TEST_MP_UTIL_H_
+#define MEND_TEST_MP_UTIL_H_
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mendtest.h"
+#include "nccl.h"
+
+#define MP_MAX_RANKS 16
+
+static int mpRank = -1;  /* in a child: its rank (for messages) */
+
+/* In a child: report a failed check on stderr and exit 1 (the parent turns it into "not ok"). */
+#define CK(cond)                                                                                 \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "rank %d: check failed: %s (%s:%d)\n", mpRank, #cond, __FILE__, __LINE__); \
+      exit(1);                                                                                   \
+    }                                                                                            \
+  } while (0)
+/* A call that must return `want`. */
+#define CKR(call, want)                                                                                  \
+  do {                                                                                                   \
+    ncclResult_t r_ = (call);                                                                            \
+    if (r_ != (want)) {                                                                                  \
+      fprintf(stderr, "rank %d: %s returned %d (%s), expected %d (%s:%d)\n", mpRank, #call, (int)r_,     \
+              ncclGetErrorString(r_), (int)(want), __FILE__, __LINE__);                                  \
+      exit(1);                                                                                           \
+    }                                                                                                    \
+  } while (0)
+#define CKOK(call) CKR(call, ncclSuccess)
+
+/* A free TCP port on `host` ("127.0.0.1" or "::1"), or -1. */
+static inline int mpFreePort(const char* host) {
+  int v6 = strchr(host, ':') != NULL;
+  int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  socklen_t len;
+  if (v6) {
+    struct sockaddr_in6* a = (struct sockaddr_in6*)&ss;
+    a->sin6_family = AF_INET6;
+    inet_pton(AF_INET6, host, &a->sin6_addr);
+    len = sizeof(*a);
+  } else {
+    struct sockaddr_in* a = (struct sockaddr_in*)&ss;
+    a->sin_family = AF_INET;
+    inet_pton(AF_INET, host, &a->sin_addr);
+    len = sizeof(*a);
+  }
+  int port = -1;
+  if (bind(fd, (struct sockaddr*)&ss, len) == 0 && getsockname(fd, (struct sockaddr*)&ss, &len) == 0)
+    port = ntohs(v6 ? ((struct sockaddr_in6*)&ss)->sin6_port : ((struct sockaddr_in*)&ss)->sin_port);
+  close(fd);
+  return port;
+}
+
+/* Write a unique id to dir/name atomically. */
+static inline void mpPutId(const char* dir, const char* name, const ncclUniqueId* id) {
+  char tmp[512], path[512];
+  snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name);
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE* f = fopen(tmp, "wb");
+  CK(f != NULL);
+  CK(fwrite(id, sizeof(*id), 1, f) == 1);
+  CK(fclose(f) == 0);
+  CK(rename(tmp, path) == 0);
+}
+
+/* Read dir/name, waiting for it at most timeoutS seconds. */
+static inline void mpGetId(const char* dir, const char* name, ncclUniqueId* id, double timeoutS) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  double until = mtNow() + timeoutS;
+  for (;;) {
+    FILE* f = fopen(path, "rb");
+    if (f) {
+      size_t n = fread(id, sizeof(*id), 1, f);
+      fclose(f);
+      CK(n == 1);
+      return;
+    }
+    CK(mtNow() < until);
+    usleep(5000);
+  }
+}
+
+/* In a child, first thing: die with the parent, and never outlive `seconds`. */
+static inline void mpChildSetup(int rank, int seconds) {
+  mpRank = rank;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  mtWatchdog(seconds);
+}
+
+struct mpJob {
+  int n;                     /* children */
+  pid_t pid[MP_MAX_RANKS];   /* their pids, 0 once reaped */
+  int status[MP_MAX_RANKS];  /* wait status */
+};
+
+/* Start n children: argv0 --child <scenario> <rank> <n> <arg>, with extra environment `env`
+ * (a NULL-terminated list of "NAME=value", may be NULL). */
+static inline int mpSpawn(struct mpJob* job, const char* self, const char* scenario, int n, const char* arg,
+                          const char* const* env) {
+  memset(job, 0, sizeof(*job));
+  job->n = n;
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < n; r++) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      for (int i = 0; env && env[i]; i++) putenv((char*)env[i]);
+      char rank[16], size[16];
+      snprintf(rank, sizeof(rank), "%d", r);
+      snprintf(size, sizeof(size), "%d", n);
+      execl(self, self, "--child", scenario, rank, size, arg ? arg : "-", (char*)NULL);
+      _exit(127);
+    }
+    job->pid[r] = pid;
+  }
+  return 0;
+}
+
+static inline void mpKillAll(struct mpJob* job) {
+  for (int r = 0; r < job->n; r++)
+    if (job->pid[r] > 0) {
+      kill(job->pid[r], SIGCONT);
+      kill(job->pid[r], SIGKILL);
+    }
+  for (int r = 0; r < job->n; r++)
+    if (job->pid[r] > 0) {
+      waitpid(job->pid[r], &job->status[r], 0);
+      job->pid[r] = 0;
+    }
+}
+
+/* Reap every child within timeoutS; on timeout kill them all.  Returns 1 when all were reaped in time. */
+static inline int mpWait(struct mpJob* job, double timeoutS) {
+  double until = mtNow() + timeoutS;
+  int left = job->n;
+  while (left > 0) {
+    for (int r = 0; r < job->n; r++) {
+      if (job->pid[r] <= 0) continue;
+      pid_t p = waitpid(job->pid[r], &job->status[r], WNOHANG);
+      if (p == job->pid[r]) {
+        job->pid[r] = 0;
+        left--;
+      }
+    }
+    if (left == 0) break;
+    if (mtNow() > until) {
+      fprintf(stderr, "timeout: killing %d children\n", left);
+      mpKillAll(job);
+      return 0;
+    }
+    usleep(2000);
+  }
+  return 1;
+}
+
+/* Every child exited with 0 (ranks in `mayBeKilled`, a bit mask, may instead have died by SIGKILL). */
+static inline int mpAllOk(const struct mpJob* job, unsigned mayBeKilled) {
+  for (int r = 0; r < job->n; r++) {
+    int st = job->status[r];
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+    if ((mayBeKilled >> r & 1) && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) continue;
+    fprintf(stderr, "child rank %d: %s %d\n", r, WIFEXITED(st) ? "exit" : "signal",
+            WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    return 0;
+  }
+  return 1;
+}
+
+/* Run a scenario with n ranks and report one TAP line. */
+static inline void mpRun(const char* self, const char* name, const char* scenario, int n, const char* arg,
+                         const char* const* env, double timeoutS, unsigned mayBeKilled) {
+  struct mpJob job;
+  double t0 = mtNow();
+  if (mpSpawn(&job, self, scenario, n, arg, env) != 0) {
+    mpKillAll(&job);
+    mtResult(0, name, "fork failed");
+    return;
+  }
+  int inTime = mpWait(&job, timeoutS);
+  mtResult(inTime && mpAllOk(&job, mayBeKilled), name, "%s after %.1f s", inTime ? "a rank failed" : "timed out",
+           mtNow() - t0);
+}
+
+/* A fresh private directory for id files. */
+static inline void mpTempDir(char* buf, size_t len) {
+  const char* base = getenv("TMPDIR");
+  snprintf(buf, len, "%s/mendtest.XXXXXX", base && *base ? base : "/tmp");
+  if (mkdtemp(buf) == NULL) {
+    perror("mkdtemp");
+    exit(1);
+  }
+}
+
+static inline void mpRemoveDir(const char* dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+/* Poll ncclCommGetAsyncError until it is no longer ncclInProgress (bounded). */
+static inline ncclResult_t mpWaitComm(ncclComm_t comm, double timeoutS) {
+  ncclResult_t st = ncclInProgress;
+  double until = mtNow() + timeoutS;
+  while (st == ncclInProgress && mtNow() < until) {
+    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) return ncclInvalidArgument;
+    if (st == ncclInProgress) usleep(1000);
+  }
+  return st;
+}
+
+#endif

@@ -1,0 +1,459 @@
+// The bootstrap (src/bootstrap*.c): rendezvous of 1..16 ranks in threads, allgather, barrier, tagged
+// ordered messages, unexpected-message buffering, RecvAny, child networks (split, shrink around a
+// dead rank), scalable init with several roots, NCCL_COMM_ID (IPv4 and IPv6), rendezvous errors,
+// and abort/close behaviour with time bounds.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+// C11 headers with _Atomic: read them with plain volatile types of the same size and layout.
+#define _Atomic volatile
+#define atomic_load_explicit(p, mo) __atomic_load_n((p), (mo))
+#define memory_order_acquire __ATOMIC_ACQUIRE
+extern "C" {
+#include "bootstrap.h"
+#include "bootstrap_priv.h"
+#include "comm.h"
+#include "init.h"
+#include "misc/param.h"
+#include "misc/socket.h"
+}
+#undef atomic_load_explicit
+#undef memory_order_acquire
+#undef _Atomic
+
+namespace {
+
+double nowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void setEnv(const char* name, const char* value) {
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+  mendParamResetCache();
+}
+
+ncclComm* newComm(int rank, int nRanks) {
+  struct mendConfig cfg;
+  EXPECT_EQ(mendConfigParse(nullptr, nullptr, &cfg), ncclSuccess);
+  ncclComm* c = nullptr;
+  EXPECT_EQ(mendCommAlloc(&c, nRanks, rank, &cfg), ncclSuccess);
+  return c;
+}
+
+void closeComm(ncclComm* c, bool abort = false) {
+  if (c->bootstrap) {
+    if (abort) mendBootstrapAbort(c->bootstrap);
+    else EXPECT_EQ(mendBootstrapClose(c->bootstrap), ncclSuccess);
+  }
+  c->bootstrap = nullptr;
+  mendCommFree(c);
+}
+
+// Run fn(rank) on n threads and wait for all.
+void runRanks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> t;
+  for (int r = 0; r < n; r++) t.emplace_back(fn, r);
+  for (auto& th : t) th.join();
+}
+
+int freePort(const char* host) {
+  union mendSocketAddr a, b;
+  std::string s = std::string(host) + ":0";
+  if (mendSocketParseAddr(s.c_str(), &a) != ncclSuccess) return -1;
+  int fd;
+  if (mendSocketListen(&a, &fd, &b) != ncclSuccess) return -1;
+  mendSocketClose(fd);
+  return ntohs(b.sa.sa_family == AF_INET ? b.sin.sin_port : b.sin6.sin6_port);
+}
+
+class BootstrapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setEnv("NCCL_COMM_ID", nullptr);
+    setEnv("MEND_BOOTSTRAP_TIMEOUT", nullptr);
+    setEnv("MEND_OOB_IFNAME", "lo");  // loopback only
+    alarm(120);                        // SIGALRM ends the run: a hang is a failure
+  }
+  void TearDown() override {
+    alarm(0);
+    setEnv("NCCL_COMM_ID", nullptr);
+    setEnv("MEND_BOOTSTRAP_TIMEOUT", nullptr);
+    setEnv("MEND_OOB_IFNAME", nullptr);
+  }
+  // Init n ranks on one id, run body(rank, comm) on each, close all.
+  void WithRanks(int n, const std::function<void(int, ncclComm*)>& body) {
+    ncclUniqueId id;
+    ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+    std::vector<ncclComm*> comms(n);
+    runRanks(n, [&](int r) {
+      comms[r] = newComm(r, n);
+      ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess) << "rank " << r;
+      body(r, comms[r]);
+    });
+    runRanks(n, [&](int r) { closeComm(comms[r]); });
+  }
+};
+
+void checkAllGather(ncclComm* c) {
+  int n = c->nRanks;
+  std::vector<int> data(3 * n, -1);
+  for (int i = 0; i < 3; i++) data[3 * c->rank + i] = c->rank * 1000 + i;
+  ASSERT_EQ(mendBootstrapAllGather(c->bootstrap, data.data(), 3 * sizeof(int)), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < 3; i++) ASSERT_EQ(data[3 * r + i], r * 1000 + i) << "rank " << c->rank << " block " << r;
+}
+
+TEST_F(BootstrapTest, InitAllGatherBarrier) {
+  for (int n : {1, 2, 3, 5, 8, 16}) {
+    SCOPED_TRACE(n);
+    WithRanks(n, [](int r, ncclComm* c) {
+      checkAllGather(c);
+      checkAllGather(c);  // back to back: messages of the two rounds must not mix
+      EXPECT_EQ(mendBootstrapBarrier(c->bootstrap, 7), ncclSuccess);
+      EXPECT_EQ(mendBootstrapBarrier(c->bootstrap, 7), ncclSuccess);
+    });
+  }
+}
+
+TEST_F(BootstrapTest, TaggedOrdering) {
+  WithRanks(2, [](int r, ncclComm* c) {
+    struct mendBootstrap* bs = c->bootstrap;
+    if (r == 0) {
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 1, "a1", 3), ncclSuccess);
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 1, "a2", 3), ncclSuccess);
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 2, "b1", 3), ncclSuccess);
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 1, "a3", 3), ncclSuccess);
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 3, nullptr, 0), ncclSuccess);  // empty message
+    } else {
+      char buf[3];
+      ASSERT_EQ(mendBootstrapRecv(bs, 0, 3, nullptr, 0), ncclSuccess);  // the last one first
+      ASSERT_EQ(mendBootstrapRecv(bs, 0, 2, buf, 3), ncclSuccess);
+      EXPECT_STREQ(buf, "b1");
+      for (const char* want : {"a1", "a2", "a3"}) {
+        ASSERT_EQ(mendBootstrapRecv(bs, 0, 1, buf, 3), ncclSuccess);
+        EXPECT_STREQ(buf, want);
+      }
+    }
+  });
+}
+
+TEST_F(BootstrapTest, UnexpectedMessagesAreBuffered) {
+  const int kMsgs = 200;
+  WithRanks(2, [&](int r, ncclComm* c) {
+    struct mendBootstrap* bs = c->bootstrap;
+    if (r == 0) {
+      // A send never waits for the receive: all of these complete while rank 1 sleeps.
+      double t0 = nowMs();
+      for (int i = 0; i < kMsgs; i++) {
+        std::vector<int> v((i * 37) % 4096 + 1, i);
+        ASSERT_EQ(mendBootstrapSend(bs, 1, 5, v.data(), v.size() * sizeof(int)), ncclSuccess);
+      }
+      EXPECT_LT(nowMs() - t0, 250.0);
+    } else {
+      usleep(300 * 1000);
+      for (int i = 0; i < kMsgs; i++) {
+        std::vector<int> v((i * 37) % 4096 + 1, -1);
+        ASSERT_EQ(mendBootstrapRecv(bs, 0, 5, v.data(), v.size() * sizeof(int)), ncclSuccess);
+        for (int x : v) ASSERT_EQ(x, i);
+      }
+      int self = 42, got = 0;
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 6, &self, sizeof(self)), ncclSuccess);  // to ourselves
+      ASSERT_EQ(mendBootstrapRecv(bs, 1, 6, &got, sizeof(got)), ncclSuccess);
+      EXPECT_EQ(got, 42);
+    }
+  });
+}
+
+TEST_F(BootstrapTest, SizeMismatchAndBadArgs) {
+  WithRanks(2, [](int r, ncclComm* c) {
+    struct mendBootstrap* bs = c->bootstrap;
+    if (r == 0) {
+      uint64_t v = 1;
+      ASSERT_EQ(mendBootstrapSend(bs, 1, 1, &v, sizeof(v)), ncclSuccess);
+      EXPECT_EQ(mendBootstrapSend(bs, 2, 1, &v, sizeof(v)), ncclInvalidArgument);
+      EXPECT_EQ(mendBootstrapSend(bs, -1, 1, &v, sizeof(v)), ncclInvalidArgument);
+      EXPECT_EQ(mendBootstrapSend(bs, 1, 1, nullptr, 4), ncclInvalidArgument);
+      EXPECT_EQ(mendBootstrapSend(nullptr, 1, 1, &v, sizeof(v)), ncclInvalidArgument);
+    } else {
+      uint32_t w;
+      EXPECT_EQ(mendBootstrapRecv(bs, 0, 1, &w, sizeof(w)), ncclInternalError);
+      EXPECT_EQ(mendBootstrapRecv(bs, 5, 1, &w, sizeof(w)), ncclInvalidArgument);
+    }
+    EXPECT_EQ(mendBootstrapBarrier(bs, 1), ncclSuccess);
+  });
+}
+
+TEST_F(BootstrapTest, RecvAny) {
+  WithRanks(4, [](int r, ncclComm* c) {
+    struct mendBootstrap* bs = c->bootstrap;
+    if (r != 0) {
+      ASSERT_EQ(mendBootstrapSend(bs, 0, 9, &r, sizeof(r)), ncclSuccess);
+    } else {
+      std::set<int> from;
+      for (int i = 0; i < 3; i++) {
+        int peer = -1, v = -1;
+        ASSERT_EQ(mendBootstrapRecvAny(bs, 9, &peer, &v, sizeof(v), 10000), ncclSuccess);
+        EXPECT_EQ(v, peer);
+        from.insert(peer);
+      }
+      EXPECT_EQ(from, (std::set<int>{1, 2, 3}));
+      int peer, v;
+      double t0 = nowMs();
+      EXPECT_EQ(mendBootstrapRecvAny(bs, 9, &peer, &v, sizeof(v), 50), ncclInProgress);
+      double dt = nowMs() - t0;
+      EXPECT_GE(dt, 45.0);
+      EXPECT_LT(dt, 500.0);
+    }
+    EXPECT_EQ(mendBootstrapBarrier(bs, 2), ncclSuccess);
+  });
+}
+
+TEST_F(BootstrapTest, SplitByParity) {
+  const int n = 6;
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm*> parents(n), children(n);
+  runRanks(n, [&](int r) {
+    parents[r] = newComm(r, n);
+    ASSERT_EQ(mendBootstrapInit(parents[r], 1, &id), ncclSuccess);
+    std::vector<int> members;
+    for (int p = r % 2; p < n; p += 2) members.push_back(p);
+    children[r] = newComm(r / 2, (int)members.size());
+    ASSERT_EQ(mendBootstrapSplit(parents[r], children[r], members.data()), ncclSuccess);
+    std::vector<int> all(members.size(), -1);
+    all[r / 2] = r;
+    ASSERT_EQ(mendBootstrapAllGather(children[r]->bootstrap, all.data(), sizeof(int)), ncclSuccess);
+    EXPECT_EQ(all, members);
+    // The parent still works alongside its children.
+    checkAllGather(parents[r]);
+  });
+  runRanks(n, [&](int r) {
+    closeComm(children[r]);
+    closeComm(parents[r]);
+  });
+}
+
+TEST_F(BootstrapTest, ShrinkAroundDeadRank) {
+  const int n = 4, dead = 2;
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm*> parents(n), children(n);
+  runRanks(n, [&](int r) {
+    parents[r] = newComm(r, n);
+    ASSERT_EQ(mendBootstrapInit(parents[r], 1, &id), ncclSuccess);
+    checkAllGather(parents[r]);  // every pair has connections now, including to the rank that dies
+  });
+  closeComm(parents[dead], /*abort=*/true);  // its sockets close without BYE, as if the process died
+  std::vector<int> members = {0, 1, 3};
+  runRanks(n, [&](int r) {
+    if (r == dead) return;
+    int me = r < dead ? r : r - 1;
+    children[r] = newComm(me, 3);
+    double t0 = nowMs();
+    ASSERT_EQ(mendBootstrapSplit(parents[r], children[r], members.data()), ncclSuccess);
+    EXPECT_LT(nowMs() - t0, 2000.0);
+    std::vector<int> all(3, -1);
+    all[me] = r;
+    ASSERT_EQ(mendBootstrapAllGather(children[r]->bootstrap, all.data(), sizeof(int)), ncclSuccess);
+    EXPECT_EQ(all, members);
+  });
+  // The ring neighbours of the dead rank had connections with it: they see it lost (not closed).
+  for (int r : {1, 3}) {
+    int state = MEND_BS_LINK_OPEN;
+    for (int i = 0; i < 100 && state == MEND_BS_LINK_OPEN; i++, usleep(10000))
+      state = mendBootstrapPeerState(parents[r]->bootstrap, dead);
+    EXPECT_EQ(state, MEND_BS_LINK_LOST) << "rank " << r;
+  }
+  runRanks(n, [&](int r) {
+    if (r == dead) return;
+    closeComm(children[r]);
+    closeComm(parents[r]);
+  });
+}
+
+TEST_F(BootstrapTest, ScalableTwoRoots) {
+  for (int n : {2, 7, 12}) {
+    SCOPED_TRACE(n);
+    ncclUniqueId ids[2];
+    ASSERT_EQ(mendBootstrapGetUniqueId(&ids[0]), ncclSuccess);
+    ASSERT_EQ(mendBootstrapGetUniqueId(&ids[1]), ncclSuccess);
+    std::vector<ncclComm*> comms(n);
+    runRanks(n, [&](int r) {
+      comms[r] = newComm(r, n);
+      ASSERT_EQ(mendBootstrapInit(comms[r], 2, ids), ncclSuccess);
+      checkAllGather(comms[r]);
+    });
+    runRanks(n, [&](int r) { closeComm(comms[r]); });
+  }
+}
+
+TEST_F(BootstrapTest, CommIdIpv4) {
+  int port = freePort("127.0.0.1");
+  ASSERT_GT(port, 0);
+  setEnv("NCCL_COMM_ID", ("127.0.0.1:" + std::to_string(port)).c_str());
+  ncclUniqueId a, b;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&a), ncclSuccess);
+  ASSERT_EQ(mendBootstrapGetUniqueId(&b), ncclSuccess);
+  EXPECT_EQ(memcmp(&a, &b, sizeof(a)), 0) << "every rank must derive the same id";
+  const int n = 3;
+  std::vector<ncclComm*> comms(n);
+  runRanks(n, [&](int r) {
+    if (r != 0) usleep(50 * 1000 * r);  // others may come before or after rank 0 starts the root
+    comms[r] = newComm(r, n);
+    ASSERT_EQ(mendBootstrapInit(comms[r], 1, r == 2 ? &b : &a), ncclSuccess);
+    checkAllGather(comms[r]);
+  });
+  runRanks(n, [&](int r) { closeComm(comms[r]); });
+  // The same NCCL_COMM_ID serves a second communicator once the first rendezvous is over.
+  runRanks(n, [&](int r) {
+    comms[r] = newComm(r, n);
+    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &a), ncclSuccess);
+    checkAllGather(comms[r]);
+  });
+  runRanks(n, [&](int r) { closeComm(comms[r]); });
+}
+
+TEST_F(BootstrapTest, CommIdIpv6) {
+  int port = freePort("[::1]");
+  if (port <= 0) GTEST_SKIP() << "no IPv6 loopback";
+  setEnv("MEND_OOB_IFNAME", nullptr);  // ranks pick the interface on the root's subnet: lo (::1/128)
+  setEnv("NCCL_COMM_ID", ("[::1]:" + std::to_string(port)).c_str());
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  const int n = 2;
+  std::vector<ncclComm*> comms(n);
+  runRanks(n, [&](int r) {
+    comms[r] = newComm(r, n);
+    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess);
+    EXPECT_EQ(comms[r]->bootstrap->listenAddr.sa.sa_family, AF_INET6);
+    checkAllGather(comms[r]);
+  });
+  runRanks(n, [&](int r) { closeComm(comms[r]); });
+}
+
+TEST_F(BootstrapTest, NranksMismatch) {
+  setEnv("MEND_BOOTSTRAP_TIMEOUT", "1500");
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  ncclResult_t res[2];
+  runRanks(2, [&](int r) {
+    if (r == 1) usleep(100 * 1000);  // rank 0 defines nranks = 2
+    ncclComm* c = newComm(r, r == 0 ? 2 : 3);
+    double t0 = nowMs();
+    res[r] = mendBootstrapInit(c, 1, &id);
+    if (r == 1) {
+      EXPECT_LT(nowMs() - t0, 1000.0) << "the mismatch is reported at once";
+    }
+    closeComm(c, true);
+  });
+  EXPECT_EQ(res[1], ncclInvalidUsage);
+  EXPECT_EQ(res[0], ncclRemoteError);  // its peer never arrived: the root gives up after the timeout
+}
+
+TEST_F(BootstrapTest, DuplicateRankAndBadMagic) {
+  setEnv("MEND_BOOTSTRAP_TIMEOUT", "1000");
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  ncclResult_t res[2];
+  runRanks(2, [&](int r) {
+    if (r == 1) usleep(100 * 1000);
+    ncclComm* c = newComm(0, 2);  // both claim rank 0
+    res[r] = mendBootstrapInit(c, 1, &id);
+    closeComm(c, true);
+  });
+  EXPECT_EQ(res[1], ncclInvalidUsage);
+  EXPECT_EQ(res[0], ncclRemoteError);
+  ncclUniqueId bad;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&bad), ncclSuccess);
+  bad.internal[0] ^= 0x5a;  // magic no longer the root's
+  ncclComm* c = newComm(0, 1);
+  EXPECT_EQ(mendBootstrapInit(c, 1, &bad), ncclInvalidUsage);
+  closeComm(c, true);
+}
+
+TEST_F(BootstrapTest, AbortWhilePeerNeverArrives) {
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  ncclComm* c = newComm(0, 2);
+  double tAbort = 0;
+  std::thread aborter([&] {
+    usleep(200 * 1000);
+    tAbort = nowMs();
+    mendCommSetAbortFlag(c, 1);
+  });
+  EXPECT_EQ(mendBootstrapInit(c, 1, &id), ncclInternalError);
+  double dt = nowMs() - tAbort;
+  aborter.join();
+  EXPECT_LT(dt, 150.0);
+  closeComm(c, true);
+}
+
+TEST_F(BootstrapTest, AbortWhileBlockedInRecv) {
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm*> comms(2);
+  runRanks(2, [&](int r) {
+    comms[r] = newComm(r, 2);
+    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess);
+  });
+  double tAbort = 0;
+  std::thread aborter([&] {
+    usleep(100 * 1000);
+    tAbort = nowMs();
+    mendCommSetAbortFlag(comms[0], 1);
+  });
+  int v;
+  EXPECT_EQ(mendBootstrapRecv(comms[0]->bootstrap, 1, 3, &v, sizeof(v)), ncclInternalError);
+  EXPECT_LT(nowMs() - tAbort, 100.0);
+  aborter.join();
+  double t0 = nowMs();
+  closeComm(comms[0], true);
+  EXPECT_LT(nowMs() - t0, 500.0);
+  closeComm(comms[1]);
+}
+
+TEST_F(BootstrapTest, CloseIsSeenByPeers) {
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm*> comms(2);
+  runRanks(2, [&](int r) {
+    comms[r] = newComm(r, 2);
+    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess);
+    checkAllGather(comms[r]);
+  });
+  double t0 = nowMs();
+  closeComm(comms[1]);  // orderly: BYE, then the peer hangs up
+  EXPECT_LT(nowMs() - t0, 400.0) << "a live peer answers BYE at once";
+  int v;
+  t0 = nowMs();
+  EXPECT_EQ(mendBootstrapRecv(comms[0]->bootstrap, 1, 3, &v, sizeof(v)), ncclRemoteError);
+  EXPECT_LT(nowMs() - t0, 1000.0);
+  EXPECT_EQ(mendBootstrapPeerState(comms[0]->bootstrap, 1), MEND_BS_LINK_BYE);
+  EXPECT_EQ(mendBootstrapSend(comms[0]->bootstrap, 1, 3, &v, sizeof(v)), ncclRemoteError);
+  closeComm(comms[0]);
+}
+
+TEST_F(BootstrapTest, DetachedAbortKeepsNetwork) {
+  WithRanks(2, [](int r, ncclComm* c) {
+    mendBootstrapDetachAbort(c->bootstrap);
+    mendCommSetAbortFlag(c, 1);  // a revoked communicator: its bootstrap must keep working
+    checkAllGather(c);
+    EXPECT_EQ(mendBootstrapBarrier(c->bootstrap, 4), ncclSuccess);
+  });
+}
+
+}  // namespace
