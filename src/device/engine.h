@@ -1,0 +1,92 @@
+/*
+ * The executor interface.  A work is one program run by one rank on one channel, with its
+ * arguments (buffers, window, chunk size, datatype, reduction) and the connectors its peer table
+ * resolves to.  Executors (the host engine here, the CUDA kernel later) interpret programs; they
+ * know nothing about algorithms, so a re-plan swaps programs without touching them.
+ *
+ * Ordering: works that share a connector run in the order they are given (plan order, which is
+ * call order); works with disjoint connectors progress concurrently, so sends and receives to
+ * different peers, and P2P next to collectives, never wait on each other.
+ *
+ * This header is plain C without atomics, so C++ tests include it.
+ */
+#ifndef MEND_DEVICE_ENGINE_H_
+#define MEND_DEVICE_ENGINE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "device/reduce.h"
+#include "enqueue/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ncclComm;
+struct mendConnector;
+
+/* What a program runs on: everything the program itself leaves open. */
+struct mendWorkArgs {
+  void* buf[MEND_NBUFS];            /* base pointer of each enum mendBufId (NULL when unused) */
+  size_t blockStride[MEND_NBUFS];   /* BLOCKED phases: elements between blocks (0: one block) */
+  size_t offset;                    /* first element of this work's window in each block */
+  size_t count;                     /* elements in the window */
+  size_t chunkElems;                /* largest chunk, a multiple of alignElems that fits a slot */
+  uint32_t alignElems;              /* chunk granularity (elements) for balanced last loops */
+  uint32_t typeSize;                /* bytes per element */
+  struct mendRedOp redop;           /* resolved reduction (ignored by programs that only copy) */
+};
+
+/* Executor state of a work (host engine; zeroed by the planner). */
+struct mendWorkState {
+  int phase;        /* current phase */
+  int step;         /* current step within steps[] */
+  int rep;          /* repetition of the current step */
+  size_t loopBase;  /* first element of the current loop iteration in the window */
+  size_t eff;       /* chunk of the current loop iteration */
+  int started;      /* its connectors are free of earlier works */
+  int done;         /* finished */
+  int deps[MEND_PROG_MAX_PEERS]; /* index of the earlier work that last used each connector, -1 */
+  uint64_t steps;   /* steps executed (stall reports, tests) */
+};
+
+struct mendWork {
+  const struct mendProgram* prog;                   /* what to run */
+  struct mendWorkArgs args;                         /* on what */
+  struct ncclComm* comm;                            /* whose (bell, abort flag, errors) */
+  int channel;                                      /* channel the connectors belong to */
+  int opIndex;                                      /* index of the op in its plan (logs) */
+  struct mendConnector* conns[MEND_PROG_MAX_PEERS]; /* prog->peers[i] resolved on `channel` */
+  struct mendWorkState st;                          /* executor progress */
+};
+
+/* Run works to completion on host memory, from the calling thread, for every rank whose works
+ * are listed (one thread can drive every rank of a process).  Waits spin for MEND_SPIN_US, then
+ * sleep on a communicator's doorbell; every round checks abort flags and asynchronous errors.
+ * Returns ncclSuccess when all are done, else the first error (aborted: ncclInternalError, or the
+ * communicator's asynchronous error). */
+ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms);
+
+/* Offsets and length of segment `seg` of the current loop of a work (shared by executors). */
+static inline size_t mendDivUp(size_t a, size_t b) { return (a + b - 1) / b; }
+static inline size_t mendAlignUp(size_t a, size_t b) { return mendDivUp(a, b) * b; }
+
+/* ---- loopback world (host_engine_loopback.c) ----
+ * nRanks communicators in this process whose connectors are plain memory wired up at once, in host
+ * mode: the planner, the generators and the engine run for real, with nothing else under them.
+ * Tests use it to check every schedule for many rank counts from one thread.  Ring order on
+ * channel c is a permutation that differs per channel; trees are left for the planner to derive. */
+struct mendLoopback;
+ncclResult_t mendLoopbackCreate(int nRanks, int nChannels, size_t buffSize, struct mendLoopback** lb);
+struct ncclComm* mendLoopbackComm(struct mendLoopback* lb, int rank);
+/* Ring positions of channel c (position -> rank), for tests. */
+const int* mendLoopbackRing(struct mendLoopback* lb, int channel);
+void mendLoopbackDestroy(struct mendLoopback* lb);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,320 @@
+/*
+ * The host engine: runs programs on host memory, cooperatively, for every work it is given.
+ * A step executes only when its input slot is full AND its output slot is free; it then does all
+ * of its work at once (no partial state), so one thread can drive the works of every rank of a
+ * process, and a work blocked on one connector never stops another.  When a full pass moves
+ * nothing, the engine spins (yielding) for MEND_SPIN_US, then sleeps on a doorbell with a short
+ * bound, checking abort flags and asynchronous errors every round: 8 ranks on 2 cores progress,
+ * and nothing waits forever after an abort.
+ */
+#include "device/engine.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "comm.h"
+#include "misc/param.h"
+#include "misc/utils.h"
+#include "transport/transport.h"
+
+#define MAX_BELLS 64 /* doorbells watched per run (one per communicator) */
+
+/* ---- where a segment lies ---- */
+
+static const struct mendProgPhase* curPhase(const struct mendWork* w) { return w->prog->phases + w->st.phase; }
+
+static void loopBegin(struct mendWork* w) {
+  const struct mendProgPhase* ph = curPhase(w);
+  size_t left = w->args.count - w->st.loopBase, chunk = w->args.chunkElems;
+  size_t per = ph->layout == MEND_LAYOUT_CHUNKED
+                   ? mendAlignUp(mendDivUp(left, ph->loopSegs), w->args.alignElems) : left;
+  w->st.eff = per < chunk ? per : chunk;
+}
+
+static size_t segLen(const struct mendWork* w, int seg) {
+  size_t left = w->args.count - w->st.loopBase;
+  if (curPhase(w)->layout == MEND_LAYOUT_BLOCKED) return w->st.eff;
+  size_t start = (size_t)seg * w->st.eff;
+  if (start >= left) return 0;
+  return left - start < w->st.eff ? left - start : w->st.eff;
+}
+
+static char* bufAt(const struct mendWork* w, int buf, int seg) {
+  size_t el = w->args.offset + w->st.loopBase;
+  if (curPhase(w)->layout == MEND_LAYOUT_CHUNKED) {
+    el += (size_t)seg * w->st.eff;
+  } else {
+    size_t block = w->prog->nSegMap ? (size_t)w->prog->segMap[seg] : (size_t)seg;
+    el += block * w->args.blockStride[buf];
+  }
+  return (char*)w->args.buf[buf] + el * w->args.typeSize;
+}
+
+/* Move to the next repetition / step / loop / phase; sets done at the end. */
+static void advance(struct mendWork* w) {
+  const struct mendProgram* p = w->prog;
+  struct mendWorkState* st = &w->st;
+  if (++st->rep < p->steps[st->step].repeat) return;
+  st->rep = 0;
+  const struct mendProgPhase* ph = curPhase(w);
+  if (++st->step < ph->firstStep + ph->nSteps) return;
+  st->loopBase += ph->layout == MEND_LAYOUT_CHUNKED ? st->eff * ph->loopSegs : st->eff;
+  if (st->loopBase >= w->args.count) {
+    st->loopBase = 0;
+    if (++st->phase == p->nPhases) {
+      st->done = 1;
+      return;
+    }
+  }
+  st->step = curPhase(w)->firstStep;
+  loopBegin(w);
+}
+
+static void workBegin(struct mendWork* w) {
+  memset(&w->st, 0, sizeof(w->st));
+  for (int i = 0; i < MEND_PROG_MAX_PEERS; i++) w->st.deps[i] = -1;
+  if (w->args.count == 0 || w->prog->nPhases == 0) {
+    w->st.done = 1;
+    return;
+  }
+  w->st.step = w->prog->phases[0].firstStep;
+  loopBegin(w);
+}
+
+/* ---- one step ---- */
+
+static void ring(mendBell_t* bell) {
+  if (bell) mendBellRing(bell);
+}
+
+/* The data movement of step s once its slots are ready: `in` is the received slot (or NULL),
+ * `out` the slot to post (or NULL). */
+static void moveData(const struct mendWork* w, const struct mendProgStep* s, int seg, size_t n,
+                     const void* in, void* out) {
+  const struct mendRedOp* op = &w->args.redop;
+  size_t bytes = n * w->args.typeSize;
+  char* src = s->src != MEND_BUF_NONE ? bufAt(w, s->src, seg) : NULL;
+  char* dst = (s->op & MEND_STEP_COPY) ? bufAt(w, s->dst, seg) : NULL;
+  if (s->op & MEND_STEP_REDUCE) {
+    mendReduce(op, dst ? dst : out, src, in, n, s->flags);
+    if (dst && out) memcpy(out, dst, bytes);
+    return;
+  }
+  const void* from = in ? in : src;
+  if (dst && dst != from) {
+    if (s->flags) mendReduceCopy(op, dst, from, n, s->flags);
+    else memmove(dst, from, bytes); /* in place (AllGather's own block) src may equal dst */
+  } else if (dst && s->flags) {
+    mendReduceCopy(op, dst, from, n, s->flags); /* one rank: pre/post op in place */
+  }
+  if (out) {
+    if (dst) memcpy(out, dst, bytes);
+    else if (s->flags) mendReduceCopy(op, out, from, n, s->flags);
+    else memcpy(out, from, bytes);
+  }
+}
+
+/* 1: executed (or nothing to do), 0: blocked, -1: error in *res. */
+static int tryStep(struct mendWork* w, ncclResult_t* res) {
+  const struct mendProgStep* s = w->prog->steps + w->st.step;
+  const struct mendProgPhase* ph = curPhase(w);
+  int seg = (int)(((int64_t)s->seg + (int64_t)w->st.rep * s->segDelta) % ph->loopSegs);
+  size_t n = segLen(w, seg);
+  if (n == 0) return 1; /* every rank computes the same empty segment and skips it */
+  struct mendConnector* rc = (s->op & MEND_STEP_RECV) ? w->conns[s->recvPeer] : NULL;
+  struct mendConnector* sc = (s->op & MEND_STEP_SEND) ? w->conns[s->sendPeer] : NULL;
+  uint64_t rHead = 0, sTail = 0;
+  const char* in = NULL;
+  char* out = NULL;
+  size_t bytes = n * w->args.typeSize;
+  if (rc) {
+    rHead = atomic_load_explicit(&rc->fifo->head, memory_order_relaxed);
+    if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rHead) return 0;
+    int slot = (int)(rHead % (uint64_t)rc->nSlots);
+    if (rc->fifo->bytes[slot] != bytes) {
+      WARN("Rank %d channel %d: received %lu bytes from rank %d where %zu were expected: the ranks disagree "
+           "on the operation (count, datatype, root or call order)",
+           w->comm->rank, w->channel, (unsigned long)rc->fifo->bytes[slot], rc->peer, bytes);
+      *res = ncclInvalidUsage;
+      return -1;
+    }
+    in = rc->buff + (size_t)slot * rc->slotBytes;
+  }
+  if (sc) {
+    sTail = atomic_load_explicit(&sc->fifo->tail, memory_order_relaxed);
+    if (sTail - atomic_load_explicit(&sc->fifo->head, memory_order_acquire) >= (uint64_t)sc->nSlots) return 0;
+    out = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
+  }
+  moveData(w, s, seg, n, in, out);
+  if (sc) {
+    sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = bytes;
+    atomic_store_explicit(&sc->fifo->tail, sTail + 1, memory_order_release);
+    ring(sc->peerBell);
+  }
+  if (rc) {
+    atomic_store_explicit(&rc->fifo->head, rHead + 1, memory_order_release);
+    ring(rc->peerBell);
+  }
+  return 1;
+}
+
+/* ---- scheduling ---- */
+
+/* deps[i]: the last earlier work using the same connector, so works sharing one run in order. */
+static void computeDeps(struct mendWork** works, int nWorks) {
+  for (int i = 0; i < nWorks; i++) {
+    struct mendWork* w = works[i];
+    for (int p = 0; p < w->prog->nPeers; p++) {
+      for (int j = i - 1; j >= 0 && w->st.deps[p] < 0; j--) {
+        for (int q = 0; q < works[j]->prog->nPeers; q++) {
+          if (works[j]->conns[q] == w->conns[p]) w->st.deps[p] = j;
+        }
+      }
+    }
+  }
+}
+
+static int depsDone(struct mendWork** works, const struct mendWork* w) {
+  for (int p = 0; p < w->prog->nPeers; p++) {
+    if (w->st.deps[p] >= 0 && !works[w->st.deps[p]]->st.done) return 0;
+  }
+  return 1;
+}
+
+/* Abort or asynchronous error on any communicator of the run. */
+static ncclResult_t checkComms(struct ncclComm** comms, int nComms) {
+  for (int i = 0; i < nComms; i++) {
+    ncclResult_t async = (ncclResult_t)atomic_load_explicit(&comms[i]->asyncResult, memory_order_acquire);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      WARN("Rank %d: operation stopped by an asynchronous error: %s", comms[i]->rank, ncclGetErrorString(async));
+      return async;
+    }
+    if (mendCommAborted(comms[i])) {
+      WARN("Rank %d: operation stopped: the communicator was aborted", comms[i]->rank);
+      return ncclInternalError;
+    }
+  }
+  return ncclSuccess;
+}
+
+static void reportStall(struct mendWork** works, int nWorks, int64_t ms) {
+  int shown = 0;
+  WARN("Host engine: no progress for %ld ms; stuck steps follow", (long)ms);
+  for (int i = 0; i < nWorks && shown < 8; i++) {
+    const struct mendWork* w = works[i];
+    if (w->st.done) continue;
+    const struct mendProgStep* s = w->prog->steps + w->st.step;
+    struct mendConnector* rc = (s->op & MEND_STEP_RECV) && w->st.started ? w->conns[s->recvPeer] : NULL;
+    struct mendConnector* sc = (s->op & MEND_STEP_SEND) && w->st.started ? w->conns[s->sendPeer] : NULL;
+    WARN("  rank %d ch %d op %d %s%s: phase %d step %d rep %d at %zu/%zu; recv from %d head %lu tail %lu; "
+         "send to %d head %lu tail %lu", w->comm->rank, w->channel, w->opIndex, mendAlgoName(w->prog->algo),
+         w->st.started ? "" : " (waiting for earlier works)", w->st.phase, w->st.step, w->st.rep,
+         w->st.loopBase, w->args.count, rc ? rc->peer : -1,
+         rc ? (unsigned long)atomic_load(&rc->fifo->head) : 0, rc ? (unsigned long)atomic_load(&rc->fifo->tail) : 0,
+         sc ? sc->peer : -1, sc ? (unsigned long)atomic_load(&sc->fifo->head) : 0,
+         sc ? (unsigned long)atomic_load(&sc->fifo->tail) : 0);
+    shown++;
+  }
+}
+
+/* One pass over the active works; returns how many steps ran, or -1 with *res on error. */
+static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResult_t* res) {
+  int64_t moved = 0;
+  for (int a = 0; a < *nActive; a++) {
+    struct mendWork* w = works[active[a]];
+    if (!w->st.started) {
+      if (!depsDone(works, w)) continue;
+      w->st.started = 1;
+    }
+    int r;
+    while (!w->st.done && (r = tryStep(w, res)) != 0) {
+      if (r < 0) return -1;
+      w->st.steps++;
+      moved++;
+      advance(w);
+    }
+    if (w->st.done) {
+      active[a--] = active[--*nActive];
+      moved++;
+    }
+  }
+  return moved;
+}
+
+/* Net send connectors whose posted slots the proxy has not handed to the Net yet: an operation
+ * completes only when its data has left the local FIFO, so a destroy right after cannot drop it.
+ * (p2p/shm slots already sit in the receiver's memory.) */
+static int undrained(struct mendWork** works, int nWorks) {
+  for (int i = 0; i < nWorks; i++) {
+    const struct mendWork* w = works[i];
+    for (int p = 0; p < w->prog->nPeers; p++) {
+      struct mendConnector* c = w->conns[p];
+      if (c->dir != MEND_SEND || c->kind != MEND_TRANSPORT_NET) continue;
+      if (atomic_load_explicit(&c->fifo->head, memory_order_acquire) !=
+          atomic_load_explicit(&c->fifo->tail, memory_order_relaxed)) return 1;
+    }
+  }
+  return 0;
+}
+
+/* Idle handling after a pass that moved nothing: spin (yielding), then sleep on a doorbell. */
+struct idle {
+  uint64_t since, warnAt; /* start of the idle period; next stall report */
+  int64_t spinNs, stallMs; /* MEND_SPIN_US, MEND_STALL_WARN_MS */
+  int next;               /* bell to sleep on next */
+};
+
+static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struct ncclComm** comms, int nBells,
+                     const uint32_t* seen) {
+  uint64_t now = mendTimeNs();
+  if (id->since == 0) {
+    id->since = now;
+    id->warnAt = id->stallMs > 0 ? now + (uint64_t)id->stallMs * 1000000ull : UINT64_MAX;
+  }
+  if ((int64_t)(now - id->since) < id->spinNs) {
+    sched_yield();
+    return;
+  }
+  if (now >= id->warnAt) {
+    reportStall(works, nWorks, (int64_t)((now - id->since) / 1000000));
+    id->warnAt = now + (uint64_t)id->stallMs * 1000000ull;
+  }
+  if (nBells > 0 && comms[id->next]->bell != NULL) {
+    mendBellWait(comms[id->next]->bell, seen[id->next], nBells == 1 ? 1000 : 100);
+    id->next = (id->next + 1) % nBells;
+  } else {
+    sched_yield();
+  }
+}
+
+ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms) {
+  ncclResult_t res = ncclSuccess;
+  int* active = NULL;
+  MENDCHECK(mendCalloc((void**)&active, (size_t)nWorks + 1, sizeof(int)));
+  int nActive = 0;
+  for (int i = 0; i < nWorks; i++) workBegin(works[i]);
+  computeDeps(works, nWorks);
+  for (int i = 0; i < nWorks; i++) {
+    if (!works[i]->st.done) active[nActive++] = i;
+  }
+  int nBells = nComms < MAX_BELLS ? nComms : MAX_BELLS;
+  uint32_t seen[MAX_BELLS];
+  struct idle id = {.spinNs = mendParamSpinUs() * 1000, .stallMs = mendParamStallWarnMs()};
+  while (nActive > 0 || undrained(works, nWorks)) {
+    for (int b = 0; b < nBells; b++) seen[b] = comms[b]->bell ? mendBellRead(comms[b]->bell) : 0;
+    int64_t moved = pass(works, active, &nActive, &res);
+    if (moved < 0) goto exit;
+    if (moved > 0) {
+      id.since = 0;
+      continue;
+    }
+    if (nActive == 0 && !undrained(works, nWorks)) break;
+    MENDCHECKGOTO(checkComms(comms, nComms), res, exit);
+    idleWait(&id, works, nWorks, comms, nBells, seen);
+  }
+exit:
+  free(active);
+  return res;
+}

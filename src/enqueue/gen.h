@@ -1,0 +1,56 @@
+/*
+ * Program generators: one short file per algorithm (docs/algorithms.md has a row for each).
+ * A generator sees only plain numbers (rank count, ring order, tree neighbours, root) and emits
+ * the program of ONE rank on ONE channel; every rank runs the same generator with its own index,
+ * so the programs of all ranks match step for step.
+ */
+#ifndef MEND_ENQUEUE_GEN_H_
+#define MEND_ENQUEUE_GEN_H_
+
+#include "enqueue/program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Operations, numbered as NCCL's ncclFunc_t (what a tuner plugin sees). */
+enum mendFunc {
+  MEND_FUNC_BROADCAST = 0,     /* ncclBroadcast, ncclBcast */
+  MEND_FUNC_REDUCE = 1,        /* ncclReduce */
+  MEND_FUNC_ALLGATHER = 2,     /* ncclAllGather */
+  MEND_FUNC_REDUCESCATTER = 3, /* ncclReduceScatter */
+  MEND_FUNC_ALLREDUCE = 4,     /* ncclAllReduce */
+  MEND_FUNC_SENDRECV = 5,      /* a send and a receive (tuner numbering only) */
+  MEND_FUNC_SEND = 6,          /* ncclSend */
+  MEND_FUNC_RECV = 7,          /* ncclRecv */
+  MEND_FUNC_ALLTOALL = 8,      /* ncclAlltoAll */
+  MEND_FUNC_SCATTER = 9,       /* ncclScatter */
+  MEND_FUNC_GATHER = 10,       /* ncclGather */
+  MEND_NFUNCS = 11             /* number of functions */
+};
+const char* mendFuncName(int func);
+
+/* Ring (gen_ring.c): AllReduce, AllGather, ReduceScatter, Broadcast, Reduce over the ring
+ * ringRanks[0..nRanks-1] (position -> rank), for the rank at position `index`.  root is a rank.
+ * One rank gives a local program (a copy, with the reduction's pre/post ops where they apply). */
+ncclResult_t mendGenRing(int func, int nRanks, const int* ringRanks, int index, int root,
+                         struct mendProgram** prog);
+
+/* Tree AllReduce (gen_tree.c): reduce up the tree, then broadcast down, pipelined by chunks.
+ * up: parent rank (-1 at the root); down: nDown children ranks. */
+ncclResult_t mendGenTreeAllReduce(int up, const int* down, int nDown, struct mendProgram** prog);
+/* Double binary tree over ring positions: tree 0 is a binary tree in in-order numbering, tree 1
+ * its mirror, so most leaves of one are inner nodes of the other.  Fills positions (-1: none). */
+void mendTreeDoubleBinary(int nRanks, int pos, int which, int* up, int down[2]);
+
+/* Direct P2P (gen_p2p.c): send the SEND buffer to peer / receive the RECV buffer from peer,
+ * chunk by chunk on the P2P connectors; a local copy SEND -> RECV with the given step flags. */
+ncclResult_t mendGenP2pSend(int peer, struct mendProgram** prog);
+ncclResult_t mendGenP2pRecv(int peer, struct mendProgram** prog);
+ncclResult_t mendGenCopy(int flags, struct mendProgram** prog);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
