@@ -29,6 +29,9 @@
 #define MEND_CONN_COLL 0         /* connIndex of collective connectors */
 #define MEND_CONN_P2P 1          /* connIndex of send/recv connectors (never shared with collectives) */
 #define MEND_NCONN_INDEX 2
+/* Bootstrap tags of the transport layer: [MEND_TAG_TRANSPORT, MEND_TAG_TRANSPORT + 16).
+ *   +0 init barrier (bell pages mapped), +1 info about the sender's SEND connectors, +2 about its RECV ones. */
+#define MEND_TAG_TRANSPORT 0x54520000
 
 enum mendConnDir { MEND_SEND = 0, MEND_RECV = 1 };
 enum mendTransportKind {
@@ -85,5 +88,9 @@ struct mendConnector* mendTransportGetConn(struct ncclComm* comm, int channel, i
 int mendTransportKindOf(struct ncclComm* comm, int peer);
 /* Stop the proxy and release every connector.  With abort set, never waits for peers. */
 ncclResult_t mendTransportFree(struct ncclComm* comm);
+/* Bytes this rank moved through its Net device `dev` (every net connector of comm), for the monitor. */
+ncclResult_t mendTransportNicBytes(struct ncclComm* comm, int dev, uint64_t* tx, uint64_t* rx);
+/* Bytes moved by one connector (net: through the Net; p2p/shm: counted by the executor, 0 here). */
+uint64_t mendTransportConnBytes(const struct mendConnector* conn);
 
 #endif

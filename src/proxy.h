@@ -1,0 +1,32 @@
+/*
+ * The proxy: one progress thread per communicator, started when its first net connector is
+ * connected.  It moves net connectors' slots to and from the Net (the per-connector work lives in
+ * src/transport/net.c behind `progress`) and sleeps when nothing moves: it waits on its bell, which
+ * the executor rings (connector->peerBell) after posting a send slot or freeing a receive slot,
+ * with a short timeout while Net requests are in flight (the Net cannot ring a bell) and a long
+ * one when idle.
+ */
+#ifndef MEND_PROXY_H_
+#define MEND_PROXY_H_
+
+#include "nccl.h"
+#include "misc/bell.h"
+
+struct ncclComm;
+
+/* One unit of proxy work (embedded first in a transport's private connector state). */
+struct mendProxyConn {
+  /* Move what can move now without waiting.  *moved = 1 when a counter advanced; *busy = 1 while
+   * Net requests are in flight.  An error stops this connector and becomes the comm's async error. */
+  ncclResult_t (*progress)(struct ncclComm* comm, struct mendProxyConn* pc, int* moved, int* busy);
+  int failed;  /* 1 after an error: skipped from then on (owned by the proxy thread) */
+};
+
+/* Hand a connected net connector to the proxy (starts the thread on first use). */
+ncclResult_t mendProxyAdd(struct ncclComm* comm, struct mendProxyConn* pc);
+/* The bell the executor rings for net connectors (started or not). */
+ncclResult_t mendProxyBell(struct ncclComm* comm, mendBell_t** bell);
+/* Stop and join the thread (bounded: every step is non-blocking) and free the proxy. */
+void mendProxyDestroy(struct ncclComm* comm);
+
+#endif

@@ -1,0 +1,203 @@
+/*
+ * net: ranks on different hosts (or forced).  Each end has a LOCAL FIFO and slots; the proxy thread
+ * moves them through the Net:
+ *   send end: for every slot the executor posted (tail), one isend of bytes[s]; when it completes,
+ *             head advances and the slot is free again.
+ *   recv end: an irecv of slotBytes into every free slot (head); when one completes, bytes[s] gets
+ *             the received size and tail advances.
+ * Completions are taken in order, so counters move in order.  The Net is reached through a
+ * `const mendNet_t*` per connector, so a stacked Net (the resilient one) can take its place.
+ */
+#include "transport/transport_priv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "misc/utils.h"
+#include "proxy.h"
+
+struct netConn {
+  struct mendProxyConn pc;            /* first: the proxy's handle on us */
+  struct mendConnector* conn;         /* the connector we serve */
+  const mendNet_t* net;               /* Net used (per connector, so it can be swapped) */
+  void* ctx;                          /* the Net's per-communicator context */
+  int dev;                            /* local Net device (the channel's netDev) */
+  void* mem;                          /* local FIFO page + slots */
+  char handle[MEND_NET_HANDLE_MAXSIZE];/* peer's listen handle (sender); kept: connect may keep state in it */
+  int haveHandle;                     /* handle copied from the peer's info */
+  void* listenComm;                   /* receiver, until accepted */
+  void* netComm;                      /* send or recv comm once connected */
+  void* mhandle;                      /* registration of the slots */
+  void* reqs[MEND_FIFO_SLOTS];        /* request in flight per slot */
+  uint64_t posted;                    /* slots handed to the Net */
+  uint64_t done;                      /* slots whose request completed */
+  _Atomic uint64_t bytes;             /* bytes moved by this connector (read by the monitor) */
+  _Atomic uint64_t* nicBytes;         /* the device's tx or rx total */
+};
+
+static ncclResult_t sendProgress(struct ncclComm* comm, struct mendProxyConn* pc, int* moved, int* busy) {
+  struct netConn* nc = (struct netConn*)pc;
+  struct mendConnector* conn = nc->conn;
+  struct mendFifo* fifo = conn->fifo;
+  uint64_t tail = atomic_load_explicit(&fifo->tail, memory_order_acquire);
+  while (nc->posted < tail) {
+    int s = (int)(nc->posted % (uint64_t)conn->nSlots);
+    void* req = NULL;
+    MENDCHECK(nc->net->isend(nc->netComm, conn->buff + (size_t)s * conn->slotBytes, fifo->bytes[s], 0, nc->mhandle, &req));
+    if (!req) break;
+    nc->reqs[s] = req;
+    nc->posted++;
+    *moved = 1;
+  }
+  int advanced = 0;
+  while (nc->done < nc->posted) {
+    int s = (int)(nc->done % (uint64_t)conn->nSlots), d = 0, size = 0;
+    MENDCHECK(nc->net->test(nc->reqs[s], &d, &size));
+    if (!d) break;
+    nc->reqs[s] = NULL;
+    atomic_fetch_add_explicit(&nc->bytes, fifo->bytes[s], memory_order_relaxed);
+    atomic_fetch_add_explicit(nc->nicBytes, fifo->bytes[s], memory_order_relaxed);
+    atomic_store_explicit(&fifo->head, ++nc->done, memory_order_release);
+    advanced = 1;
+  }
+  if (advanced) mendBellRing(comm->bell);
+  *moved |= advanced;
+  *busy = nc->done < nc->posted;
+  return ncclSuccess;
+}
+
+static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc, int* moved, int* busy) {
+  struct netConn* nc = (struct netConn*)pc;
+  struct mendConnector* conn = nc->conn;
+  struct mendFifo* fifo = conn->fifo;
+  uint64_t head = atomic_load_explicit(&fifo->head, memory_order_acquire);
+  while (nc->posted - head < (uint64_t)conn->nSlots) {
+    int s = (int)(nc->posted % (uint64_t)conn->nSlots), tag = 0;
+    void* data = conn->buff + (size_t)s * conn->slotBytes;
+    size_t size = conn->slotBytes;
+    void* req = NULL;
+    MENDCHECK(nc->net->irecv(nc->netComm, 1, &data, &size, &tag, &nc->mhandle, &req));
+    if (!req) break;
+    nc->reqs[s] = req;
+    nc->posted++;
+    *moved = 1;
+  }
+  int advanced = 0;
+  while (nc->done < nc->posted) {
+    int s = (int)(nc->done % (uint64_t)conn->nSlots), d = 0, size = 0;
+    MENDCHECK(nc->net->test(nc->reqs[s], &d, &size));
+    if (!d) break;
+    nc->reqs[s] = NULL;
+    if (size < 0 || (size_t)size > conn->slotBytes) {
+      WARN("NET/%s: rank %d got %d bytes from rank %d for a %zu-byte slot", nc->net->name, comm->rank, size,
+           conn->peer, conn->slotBytes);
+      return ncclInternalError;
+    }
+    fifo->bytes[s] = (uint64_t)size;
+    atomic_fetch_add_explicit(&nc->bytes, (uint64_t)size, memory_order_relaxed);
+    atomic_fetch_add_explicit(nc->nicBytes, (uint64_t)size, memory_order_relaxed);
+    atomic_store_explicit(&fifo->tail, ++nc->done, memory_order_release);
+    advanced = 1;
+  }
+  if (advanced) mendBellRing(comm->bell);
+  *moved |= advanced;
+  *busy = nc->done < nc->posted;
+  return ncclSuccess;
+}
+
+static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, struct mendConnInfo* mine) {
+  struct mendTransport* t = comm->transport;
+  struct netConn* nc;
+  if (!t->net) {
+    WARN("NET: rank %d has no Net for rank %d", comm->rank, conn->peer);
+    return ncclInternalError;
+  }
+  MENDCHECK(MENDCALLOC(nc, 1));
+  conn->priv = nc;
+  nc->conn = conn;
+  nc->net = t->net;
+  nc->ctx = t->netCtx;
+  nc->dev = comm->channels[conn->channel].netDev;
+  if (nc->dev < 0 || nc->dev >= MEND_TOPO_MAX_NICS) {
+    WARN("NET: channel %d of rank %d has no NIC", conn->channel, comm->rank);
+    return ncclInternalError;
+  }
+  nc->pc.progress = conn->dir == MEND_SEND ? sendProgress : recvProgress;
+  nc->nicBytes = conn->dir == MEND_SEND ? &t->nicTx[nc->dev] : &t->nicRx[nc->dev];
+  int err = posix_memalign(&nc->mem, MEND_CONN_HDR_BYTES, mendConnMemBytes(t));
+  if (err || !nc->mem) {
+    nc->mem = NULL;
+    WARN("NET: cannot allocate %zu bytes of FIFO", mendConnMemBytes(t));
+    return ncclSystemError;
+  }
+  memset(nc->mem, 0, MEND_CONN_HDR_BYTES);
+  mendConnAttach(t, conn, nc->mem);
+  MENDCHECK(mendProxyBell(comm, &conn->peerBell));
+  if (conn->dir == MEND_RECV) {
+    ncclResult_t res = nc->net->listen(nc->ctx, nc->dev, mine->u.net.handle, &nc->listenComm);
+    if (res != ncclSuccess) {
+      WARN("NET/%s: listen on device %d failed (error %d)", nc->net->name, nc->dev, res);
+      return res;
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t netConnect(struct ncclComm* comm, struct mendConnector* conn, const struct mendConnInfo* peer) {
+  struct netConn* nc = conn->priv;
+  ncclResult_t res;
+  if (!nc->netComm) {
+    if (conn->dir == MEND_SEND) {
+      if (!nc->haveHandle) memcpy(nc->handle, peer->u.net.handle, sizeof(nc->handle));
+      nc->haveHandle = 1;
+      res = nc->net->connect(nc->ctx, nc->dev, nc->handle, &nc->netComm);
+    } else {
+      res = nc->net->accept(nc->listenComm, &nc->netComm);
+    }
+    if (res != ncclSuccess) {
+      WARN("NET/%s: %s rank %d on device %d failed (error %d)", nc->net->name,
+           conn->dir == MEND_SEND ? "connect to" : "accept from", conn->peer, nc->dev, res);
+      return res;
+    }
+    if (!nc->netComm) return ncclInProgress;
+  }
+  res = nc->net->regMr(nc->netComm, conn->buff, (size_t)conn->nSlots * conn->slotBytes, MEND_PTR_HOST, &nc->mhandle);
+  if (res != ncclSuccess) {
+    WARN("NET/%s: cannot register %zu bytes of slots (error %d)", nc->net->name, (size_t)conn->nSlots * conn->slotBytes, res);
+    return res;
+  }
+  if (nc->listenComm) {
+    nc->net->closeListen(nc->listenComm);
+    nc->listenComm = NULL;
+  }
+  INFO(NCCL_NET, "Channel %02d: %d %s %d via NET/%s/%d", conn->channel, comm->rank, conn->dir == MEND_SEND ? "->" : "<-",
+       conn->peer, nc->net->name, nc->dev);
+  return mendProxyAdd(comm, &nc->pc);
+}
+
+static void netFree(struct ncclComm* comm, struct mendConnector* conn) {
+  struct netConn* nc = conn->priv;
+  if (!nc) return;
+  if (nc->netComm) {
+    if (nc->mhandle) nc->net->deregMr(nc->netComm, nc->mhandle);
+    if (conn->dir == MEND_SEND) nc->net->closeSend(nc->netComm);
+    else nc->net->closeRecv(nc->netComm);
+  }
+  if (nc->listenComm) nc->net->closeListen(nc->listenComm);
+  free(nc->mem);
+  free(nc);
+  conn->priv = NULL;
+}
+
+uint64_t mendTransportConnBytes(const struct mendConnector* conn) {
+  if (!conn || conn->kind != MEND_TRANSPORT_NET || !conn->priv) return 0;
+  return atomic_load_explicit(&((struct netConn*)conn->priv)->bytes, memory_order_relaxed);
+}
+
+const struct mendTransportOps mendTransportNet = {
+  .name = "NET",
+  .setup = netSetup,
+  .connect = netConnect,
+  .free = netFree,
+};

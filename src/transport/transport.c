@@ -1,0 +1,277 @@
+/*
+ * Transport layer lifecycle: per-peer transport choice, the bell page, the Net and topology,
+ * channels, and release.  Connections themselves are made lazily (transport_connect.c).
+ */
+#include "transport/transport_priv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "checks.h"
+#include "misc/param.h"
+#include "misc/utils.h"
+#include "plugin/net_plugin.h"
+#include "proxy.h"
+
+static const char* kindName[] = { "P2P", "SHM", "NET" };
+static _Atomic uint32_t shmCounter; /* makes shm names unique within this process */
+
+void mendShmName(struct ncclComm* comm, const char* what, char* name) {
+  snprintf(name, MEND_SHM_NAME_LEN, "/mend-%016llx-%d-%d-%s%u", (unsigned long long)comm->commHash, comm->rank,
+           (int)getpid(), what, (unsigned)atomic_fetch_add(&shmCounter, 1));
+}
+
+const struct mendTransportOps* mendTransportOpsOf(int kind) {
+  switch (kind) {
+    case MEND_TRANSPORT_P2P: return &mendTransportP2p;
+    case MEND_TRANSPORT_SHM: return &mendTransportShm;
+    default: return &mendTransportNet;
+  }
+}
+
+/* The transport between ranks a and b: the same on both ends (a function of allgathered info and
+ * of parameters that must be set alike on every rank). */
+static int chooseKind(struct ncclComm* comm, int a, int b) {
+  const struct mendPeerInfo *pa = comm->peerInfo + a, *pb = comm->peerInfo + b;
+  int sameHost = pa->hostHash == pb->hostHash, sameProc = sameHost && pa->pidHash == pb->pidHash;
+  const char* force = mendParamForceTransport();
+  if (force && force[0]) {
+    if (strcasecmp(force, "net") == 0) return MEND_TRANSPORT_NET;
+    if (strcasecmp(force, "shm") == 0 && sameHost) return MEND_TRANSPORT_SHM;
+    if (strcasecmp(force, "p2p") == 0 && sameProc) return MEND_TRANSPORT_P2P;
+    /* p2p/shm cannot cross what they cannot cross: fall through to the normal choice. */
+  }
+  int shmOk = !mendParamShmDisable();
+  if (sameProc && !mendParamP2pDisable()) return MEND_TRANSPORT_P2P;
+  if (sameHost && shmOk) return MEND_TRANSPORT_SHM;
+  return MEND_TRANSPORT_NET;
+}
+
+static ncclResult_t checkForce(void) {
+  const char* force = mendParamForceTransport();
+  if (force && force[0] && strcasecmp(force, "p2p") && strcasecmp(force, "shm") && strcasecmp(force, "net")) {
+    WARN("MEND_FORCE_TRANSPORT=%s: expected p2p, shm or net", force);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t bellSegCreate(struct ncclComm* comm, struct mendBellSeg** out) {
+  struct mendBellSeg* seg;
+  MENDCHECK(MENDCALLOC(seg, 1));
+  mendShmName(comm, "bell", seg->name);
+  seg->size = 4096;
+  ncclResult_t res = mendShmCreate(seg->name, seg->size, &seg->map);
+  if (res != ncclSuccess) { free(seg); return res; }
+  atomic_store(&seg->refs, 1);
+  *out = seg;
+  return ncclSuccess;
+}
+
+static void bellSegUnlink(struct mendBellSeg* seg) {
+  if (seg->name[0]) shm_unlink(seg->name);
+  seg->name[0] = '\0';
+}
+
+void mendBellSegRelease(struct mendBellSeg* seg) {
+  if (!seg || atomic_fetch_sub(&seg->refs, 1) != 1) return;
+  bellSegUnlink(seg);
+  munmap(seg->map, seg->size);
+  free(seg);
+}
+
+/* Do some ranks of one host talk over shm?  Then bell pages must be mapped by each other.
+ * O(nRanks): the choice depends only on (same process, same host), so comparing each rank with
+ * the first rank of its host finds such a pair when one exists. */
+static int anyShmPair(struct ncclComm* comm) {
+  int* first = calloc((size_t)comm->nNodes, sizeof(int));
+  int found = 0;
+  if (!first) return 1; /* the safe answer: do the exchange */
+  for (int h = 0; h < comm->nNodes; h++) first[h] = -1;
+  for (int r = 0; r < comm->nRanks && !found; r++) {
+    int* f = first + comm->rankToNode[r];
+    if (*f < 0) *f = r;
+    else found = chooseKind(comm, *f, r) == MEND_TRANSPORT_SHM;
+  }
+  free(first);
+  return found;
+}
+
+/* What every rank tells the others at transport init. */
+struct initInfo {
+  char bellName[MEND_SHM_NAME_LEN]; /* shm name of its bell page */
+  int nNics;                        /* its Net devices */
+};
+
+static ncclResult_t mapPeerBells(struct ncclComm* comm, const struct initInfo* all) {
+  struct mendTransport* t = comm->transport;
+  for (int r = 0; r < comm->nRanks; r++) {
+    if (r == comm->rank || t->peerKind[r] != MEND_TRANSPORT_SHM) continue;
+    MENDCHECK(mendShmOpen(all[r].bellName, 4096, &t->peerBellMap[r]));
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t initNet(struct ncclComm* comm) {
+  struct mendTransport* t = comm->transport;
+  const char* name = comm->config.netName ? comm->config.netName : mendParamNet();
+  MENDCHECK(mendNetSelect(name, &t->net));
+  ncclResult_t res = t->net->init(&t->netCtx, comm->commHash, mendDebugLog);
+  if (res != ncclSuccess) {
+    WARN("NET/%s: init failed (error %d)", t->net->name, res);
+    t->net = NULL;
+    return res;
+  }
+  MENDCHECK(mendTopoDiscover(comm, t->net, &comm->topo));
+  INFO(NCCL_INIT | NCCL_NET, "Using network %s with %d device(s)", t->net->name, comm->topo->nNics);
+  if (comm->topo->nNics == 0) {
+    WARN("NET/%s: no network device, but rank %d has peers that need the net", t->net->name, comm->rank);
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t exchangeInit(struct ncclComm* comm, int shared) {
+  struct mendTransport* t = comm->transport;
+  struct initInfo* all;
+  MENDCHECK(MENDCALLOC(all, comm->nRanks));
+  ncclResult_t res = ncclSuccess;
+  snprintf(all[comm->rank].bellName, MEND_SHM_NAME_LEN, "%s", t->bellSeg->name);
+  all[comm->rank].nNics = comm->topo ? comm->topo->nNics : 0;
+  MENDCHECKGOTO(mendBootstrapAllGather(comm->bootstrap, all, sizeof(*all)), res, free_all);
+  for (int r = 0; r < comm->nRanks; r++)
+    if (all[r].nNics > t->nNicsMax) t->nNicsMax = all[r].nNics;
+  if (shared) {
+    MENDCHECKGOTO(mapPeerBells(comm, all), res, free_all);
+    /* Everyone mapped every page it needs: the names can go, so nothing leaks if we die later. */
+    MENDCHECKGOTO(mendBootstrapBarrier(comm->bootstrap, MEND_TAG_TRANSPORT + 0), res, free_all);
+  }
+free_all:
+  free(all);
+  return res;
+}
+
+static ncclResult_t validateBuffsize(struct mendTransport* t) {
+  int64_t b = mendParamBuffsize();
+  if (b < 64 * 1024 || b > ((int64_t)1 << 34)) {
+    WARN("NCCL_BUFFSIZE=%lld is outside [64 KiB, 16 GiB]; using 4194304", (long long)b);
+    b = 4194304;
+  }
+  t->buffBytes = (size_t)b & ~(size_t)(MEND_FIFO_SLOTS * 64 - 1); /* slots stay cache-line aligned */
+  return ncclSuccess;
+}
+
+static void logPeers(struct ncclComm* comm) {
+  for (int r = 0; r < comm->nRanks; r++) {
+    if (r == comm->rank) continue;
+    int k = comm->transport->peerKind[r];
+    INFO(k == MEND_TRANSPORT_NET ? NCCL_NET : k == MEND_TRANSPORT_SHM ? NCCL_SHM : NCCL_P2P,
+         "Rank %d -> %d via %s (host %d -> %d)", comm->rank, r, kindName[k], comm->node, comm->rankToNode[r]);
+  }
+}
+
+ncclResult_t mendTransportInit(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct mendTransport* t;
+  MENDCHECK(checkForce());
+  MENDCHECK(MENDCALLOC(t, 1));
+  comm->transport = t;
+  pthread_mutex_init(&t->lock, NULL);
+  MENDCHECKGOTO(validateBuffsize(t), res, fail);
+  MENDCHECKGOTO(MENDCALLOC(t->peerKind, comm->nRanks), res, fail);
+  MENDCHECKGOTO(MENDCALLOC(t->peerBellMap, comm->nRanks), res, fail);
+  int needNet = 0;
+  for (int r = 0; r < comm->nRanks; r++) {
+    t->peerKind[r] = r == comm->rank ? MEND_TRANSPORT_P2P : chooseKind(comm, comm->rank, r);
+    needNet |= t->peerKind[r] == MEND_TRANSPORT_NET;
+  }
+  MENDCHECKGOTO(bellSegCreate(comm, &t->bellSeg), res, fail);
+  comm->bell = (mendBell_t*)t->bellSeg->map;
+  if (needNet) MENDCHECKGOTO(initNet(comm), res, fail);
+  int shared = anyShmPair(comm);
+  /* Both conditions are the same on every rank, so either all ranks exchange or none does. */
+  if (shared || comm->nNodes > 1) MENDCHECKGOTO(exchangeInit(comm, shared), res, fail);
+  bellSegUnlink(t->bellSeg);
+  MENDCHECKGOTO(mendGraphSetup(comm, t->nNicsMax), res, fail);
+  logPeers(comm);
+  return ncclSuccess;
+fail:
+  mendTransportFree(comm);
+  return res;
+}
+
+static struct mendConnector** sliceOf(struct mendTransport* t, int channel, int dir, int connIndex) {
+  return t->slices[(channel * MEND_NCONN_INDEX + connIndex) * 2 + dir];
+}
+
+struct mendConnector* mendTransportGetConn(struct ncclComm* comm, int channel, int peer, int dir, int connIndex) {
+  struct mendTransport* t = comm ? comm->transport : NULL;
+  if (!t || channel < 0 || channel >= comm->nChannels || peer < 0 || peer >= comm->nRanks || (dir != MEND_SEND && dir != MEND_RECV) ||
+      connIndex < 0 || connIndex >= MEND_NCONN_INDEX)
+    return NULL;
+  struct mendConnector** slice = sliceOf(t, channel, dir, connIndex);
+  struct mendConnector* conn = slice ? slice[peer] : NULL;
+  return conn && conn->connected ? conn : NULL;
+}
+
+int mendTransportKindOf(struct ncclComm* comm, int peer) {
+  if (!comm || !comm->transport || peer < 0 || peer >= comm->nRanks) return MEND_TRANSPORT_NET;
+  return comm->transport->peerKind[peer];
+}
+
+static void freeConnectors(struct ncclComm* comm) {
+  struct mendTransport* t = comm->transport;
+  for (size_t i = 0; i < sizeof(t->slices) / sizeof(t->slices[0]); i++) {
+    if (!t->slices[i]) continue;
+    for (int r = 0; r < comm->nRanks; r++) {
+      struct mendConnector* conn = t->slices[i][r];
+      if (!conn) continue;
+      mendTransportOpsOf(conn->kind)->free(comm, conn);
+      free(conn);
+    }
+    free(t->slices[i]);
+    t->slices[i] = NULL;
+  }
+}
+
+ncclResult_t mendTransportFree(struct ncclComm* comm) {
+  struct mendTransport* t = comm ? comm->transport : NULL;
+  if (!t) return ncclSuccess;
+  /* The proxy goes first: it is the only other user of net connectors. */
+  mendProxyDestroy(comm);
+  freeConnectors(comm);
+  if (t->net && t->netCtx && t->net->finalize) t->net->finalize(t->netCtx);
+  if (t->peerBellMap)
+    for (int r = 0; r < comm->nRanks; r++)
+      if (t->peerBellMap[r]) munmap(t->peerBellMap[r], 4096);
+  comm->bell = NULL;
+  mendBellSegRelease(t->bellSeg);
+  mendTopoFree(comm->topo);
+  comm->topo = NULL;
+  mendGraphFree(comm);
+  pthread_mutex_destroy(&t->lock);
+  free(t->peerBellMap);
+  free(t->peerKind);
+  free(t);
+  comm->transport = NULL;
+  return ncclSuccess;
+}
+
+ncclResult_t mendTransportNicBytes(struct ncclComm* comm, int dev, uint64_t* tx, uint64_t* rx) {
+  if (!comm || !comm->transport || !tx || !rx) {
+    WARN("mendTransportNicBytes: NULL argument");
+    return ncclInvalidArgument;
+  }
+  if (dev < 0 || dev >= MEND_TOPO_MAX_NICS || !comm->topo || dev >= comm->topo->nNics) {
+    WARN("mendTransportNicBytes: device %d is not one of this rank's %d NIC(s)", dev, comm->topo ? comm->topo->nNics : 0);
+    return ncclInvalidArgument;
+  }
+  *tx = atomic_load(&comm->transport->nicTx[dev]);
+  *rx = atomic_load(&comm->transport->nicRx[dev]);
+  return ncclSuccess;
+}
