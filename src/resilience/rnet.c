@@ -1,0 +1,375 @@
+/*
+ * The resilient net: ops table, contexts, registrations and the data path (see rnet.h, README.md).
+ * Connection setup is in rnet_conn.c, failover in rnet_fail.c.
+ */
+#include "resilience/rnet_priv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "misc/param.h"
+#include "misc/utils.h"
+
+static _Atomic(const mendNet_t*) baseNet;  /* for init/devices/getProperties (no context there) */
+
+void mendRnetSetBase(const mendNet_t* base) { atomic_store(&baseNet, base); }
+
+static const mendNet_t* getBase(void) {
+  const mendNet_t* b = atomic_load(&baseNet);
+  return b ? b : &mendNetSocket;
+}
+
+int mendRnetEnabled(int nNicsMax) {
+  int64_t v = mendParamResilience();
+  if (v == 0 || v == 1) return (int)v;
+  if (v != -2) WARN_ONCE("MEND_RESILIENCE=%lld: expected 0, 1 or -2 (auto); using auto", (long long)v);
+  return nNicsMax >= 2;
+}
+
+ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct ncclComm* comm, void** out) {
+  MENDARGCHECK(base != NULL && out != NULL, ncclInvalidArgument, "NET/Resilient: no base Net or no ctx pointer");
+  *out = NULL;
+  struct rnetCtx* ctx;
+  MENDCHECK(MENDCALLOC(ctx, 1));
+  ctx->base = base;
+  ctx->baseCtx = baseCtx;
+  ctx->comm = comm;
+  ctx->rank = -1;
+  ncclResult_t res = base->devices(&ctx->nDevs);
+  if (res != ncclSuccess) {
+    WARN("NET/Resilient: the base Net %s cannot list its devices (error %d)", base->name, res);
+    free(ctx);
+    return res;
+  }
+  pthread_mutex_init(&ctx->lock, NULL);
+  ctx->nextConnId = mendHashCombine(mendPidHash(), mendTimeNs()) | 1;
+  atomic_store(&baseNet, base);
+  *out = ctx;
+  return ncclSuccess;
+}
+
+static ncclResult_t rnetInit(void** ctx, uint64_t commId, mendDebugLogger_t logger) {
+  MENDARGCHECK(ctx != NULL, ncclInvalidArgument, "NET/Resilient: init: ctx is NULL");
+  const mendNet_t* base = getBase();
+  void* baseCtx = NULL;
+  MENDCHECK(base->init(&baseCtx, commId, logger));
+  ncclResult_t res = mendRnetCtxCreate(base, baseCtx, NULL, ctx);
+  if (res != ncclSuccess) {
+    base->finalize(baseCtx);
+    return res;
+  }
+  ((struct rnetCtx*)*ctx)->ownBaseCtx = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t rnetFinalize(void* vctx) {
+  struct rnetCtx* ctx = vctx;
+  if (!ctx) return ncclSuccess;
+  if (ctx->comms) WARN("NET/Resilient: finalize with connections still open");
+  if (ctx->ownBaseCtx) ctx->base->finalize(ctx->baseCtx);
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx);
+  return ncclSuccess;
+}
+
+void mendRnetCtxAdd(struct rnetCtx* ctx, struct rnetComm* rc) {
+  pthread_mutex_lock(&ctx->lock);
+  rc->next = ctx->comms;
+  ctx->comms = rc;
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+void mendRnetCtxRemove(struct rnetCtx* ctx, struct rnetComm* rc) {
+  pthread_mutex_lock(&ctx->lock);
+  for (struct rnetComm** pp = &ctx->comms; *pp; pp = &(*pp)->next) {
+    if (*pp == rc) {
+      *pp = rc->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+static ncclResult_t rnetDevices(int* ndev) { return getBase()->devices(ndev); }
+
+static ncclResult_t rnetGetProperties(int dev, struct mendNetProperties* props) {
+  MENDCHECK(getBase()->getProperties(dev, props));
+  props->maxRecvs = 1;  /* one numbered message per irecv */
+  return ncclSuccess;
+}
+
+/* ---------------------------------------------------------------- registrations */
+
+static ncclResult_t rnetRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  struct rnetComm* rc = comm;
+  MENDARGCHECK(rc != NULL && mhandle != NULL, ncclInvalidArgument, "NET/Resilient: regMr: comm or mhandle is NULL");
+  *mhandle = NULL;
+  MENDARGCHECK(rc->stage == RNET_STAGE_READY, ncclInvalidUsage, "NET/Resilient: regMr on a connection not established");
+  struct rnetMr* mr;
+  MENDCHECK(MENDCALLOC(mr, 1));
+  mr->magic = RNET_MR_MAGIC;
+  mr->type = type;
+  for (int p = 0; p < rc->nPaths; p++) {
+    struct rnetPath* path = rc->paths + p;
+    if (path->state == RNET_PATH_DEAD || !path->data) continue;
+    ncclResult_t res = rc->base->regMr(path->data, data, size, type, &mr->base[p]);
+    if (res != ncclSuccess) {
+      WARN("NET/Resilient: cannot register %zu bytes on path %d (device %d): error %d", size, p, path->localDev, res);
+      for (int q = 0; q < p; q++)
+        if (mr->base[q]) rc->base->deregMr(rc->paths[q].data, mr->base[q]);
+      free(mr);
+      return res;
+    }
+  }
+  mr->next = rc->mrs;
+  rc->mrs = mr;
+  *mhandle = mr;
+  return ncclSuccess;
+}
+
+static ncclResult_t rnetDeregMr(void* comm, void* mhandle) {
+  struct rnetComm* rc = comm;
+  struct rnetMr* mr = mhandle;
+  if (!mr) return ncclSuccess;
+  MENDARGCHECK(rc != NULL && mr->magic == RNET_MR_MAGIC, ncclInvalidArgument,
+               "NET/Resilient: deregMr: %p is not a live registration", mhandle);
+  for (struct rnetMr** pp = &rc->mrs; *pp; pp = &(*pp)->next) {
+    if (*pp == mr) {
+      *pp = mr->next;
+      break;
+    }
+  }
+  for (int p = 0; p < rc->nPaths; p++)
+    if (mr->base[p] && rc->paths[p].data) rc->base->deregMr(rc->paths[p].data, mr->base[p]);
+  mr->magic = 0;
+  free(mr);
+  return ncclSuccess;
+}
+
+/* ---------------------------------------------------------------- data path */
+
+/* Post and reap control messages on path p: the sender receives, the receiver sends. */
+static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
+  struct rnetPath* path = rc->paths + p;
+  while (rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
+    int k = (int)(rc->ctrlPosted % RNET_NCTRL), tag = 0;
+    void* data = rc->area->ctrl + k;
+    size_t size = sizeof(struct rnetCtrl);
+    void* req = NULL;
+    MENDCHECK(rc->base->irecv(path->ctrl, 1, &data, &size, &tag, &path->ctrlArea, &req));
+    if (!req) break;
+    rc->ctrlReq[k] = req;
+    rc->ctrlPosted++;
+  }
+  while (rc->ctrlDone < rc->ctrlPosted) {
+    int k = (int)(rc->ctrlDone % RNET_NCTRL), done = 0, size = 0;
+    MENDCHECK(rc->base->test(rc->ctrlReq[k], &done, &size));
+    if (!done) break;
+    rc->ctrlReq[k] = NULL;
+    rc->ctrlDone++;
+    struct rnetCtrl m = rc->area->ctrl[k];
+    if (size != (int)sizeof(m) || m.magic != RNET_MAGIC || m.value > rc->nPosted) {
+      WARN("NET/Resilient: bad control message on path %d (size %d, magic 0x%x, value %llu of %llu posted)", p, size,
+           m.magic, (unsigned long long)m.value, (unsigned long long)rc->nPosted);
+      return ncclRemoteError;
+    }
+    if (m.value > rc->nDone) rc->nDone = m.value;
+    rc->lastProgressMs = mendTimeMs();
+    if (rc->waitResume) {
+      /* The receiver's first word on this path: it placed m.value messages; replay from there. */
+      rc->waitResume = 0;
+      rc->nIssued = rc->nBaseDone = rc->nDone;
+      INFO(MEND_RESIL, "NET/Resilient: conn %llx resumes on path %d (device %d) at message %llu",
+           (unsigned long long)rc->connId, p, path->localDev, (unsigned long long)rc->nDone);
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t sendPath(struct rnetComm* rc, int p) {
+  struct rnetPath* path = rc->paths + p;
+  MENDCHECK(ctrlSenderSide(rc, p));
+  while (!rc->waitResume && rc->nIssued < rc->nPosted) {
+    struct rnetReq* r = rc->reqs + rc->nIssued % RNET_WINDOW;
+    void* req = NULL;
+    MENDCHECK(rc->base->isend(path->data, r->data, r->size, 0, r->mr ? r->mr->base[p] : NULL, &req));
+    if (!req) break;
+    r->base = req;
+    r->basePath = p;
+    rc->nIssued++;
+    path->msgs++;
+  }
+  while (rc->nBaseDone < rc->nIssued) {
+    struct rnetReq* r = rc->reqs + rc->nBaseDone % RNET_WINDOW;
+    if (r->base) {
+      int done = 0, size = 0;
+      MENDCHECK(rc->base->test(r->base, &done, &size));
+      if (!done) break;
+      r->base = NULL;
+    }
+    rc->nBaseDone++;
+  }
+  return ncclSuccess;
+}
+
+/* Receiver: complete control isends in order. */
+static ncclResult_t reapCtrl(struct rnetComm* rc) {
+  while (rc->ctrlDone < rc->ctrlPosted) {
+    int k = (int)(rc->ctrlDone % RNET_NCTRL), done = 0, size = 0;
+    MENDCHECK(rc->base->test(rc->ctrlReq[k], &done, &size));
+    if (!done) break;
+    rc->ctrlReq[k] = NULL;
+    rc->ctrlDone++;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t recvPath(struct rnetComm* rc, int p) {
+  struct rnetPath* path = rc->paths + p;
+  while (rc->nIssued < rc->nPosted) {
+    struct rnetReq* r = rc->reqs + rc->nIssued % RNET_WINDOW;
+    void* data = r->data;
+    size_t size = r->size;
+    int tag = 0;
+    void* mh = r->mr ? r->mr->base[p] : NULL;
+    void* req = NULL;
+    MENDCHECK(rc->base->irecv(path->data, 1, &data, &size, &tag, &mh, &req));
+    if (!req) break;
+    r->base = req;
+    r->basePath = p;
+    rc->nIssued++;
+  }
+  while (rc->nDone < rc->nIssued) {
+    struct rnetReq* r = rc->reqs + rc->nDone % RNET_WINDOW;
+    int done = 0, size = 0;
+    MENDCHECK(rc->base->test(r->base, &done, &size));
+    if (!done) break;
+    r->base = NULL;
+    r->got = size;
+    rc->nDone++;
+    path->msgs++;
+  }
+  MENDCHECK(reapCtrl(rc));
+  if ((rc->sendResume || rc->nDone > rc->ctrlSent) && rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
+    int k = (int)(rc->ctrlPosted % RNET_NCTRL);
+    struct rnetCtrl* m = rc->area->ctrl + k;
+    *m = (struct rnetCtrl){ .magic = RNET_MAGIC, .type = rc->sendResume ? RNET_CTRL_RESUME : RNET_CTRL_ACK, .value = rc->nDone };
+    void* req = NULL;
+    MENDCHECK(rc->base->isend(path->ctrl, m, sizeof(*m), 0, path->ctrlArea, &req));
+    if (req) {
+      rc->ctrlReq[k] = req;
+      rc->ctrlPosted++;
+      rc->ctrlSent = rc->nDone;
+      rc->sendResume = 0;
+      /* Push it out now: the user may not call us again until the sender has what it waits for. */
+      MENDCHECK(reapCtrl(rc));
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mendRnetProgress(struct rnetComm* rc) {
+  if (rc->error != ncclSuccess) return rc->error;
+  MENDCHECK(mendRnetApplyKills(rc));
+  /* A failure moves us to the next path, which may fail at once too: walk the chain here. */
+  for (int tries = 0; tries <= rc->nPaths && rc->active >= 0; tries++) {
+    int p = rc->active;
+    ncclResult_t res = rc->isSend ? sendPath(rc, p) : recvPath(rc, p);
+    if (res == ncclSuccess) return ncclSuccess;
+    MENDCHECK(mendRnetFailPath(rc, p, res, "a request on it failed"));
+  }
+  return rc->error != ncclSuccess ? rc->error : ncclSuccess;
+}
+
+static ncclResult_t rnetIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  struct rnetComm* rc = sendComm;
+  MENDARGCHECK(rc != NULL && request != NULL && rc->isSend, ncclInvalidArgument, "NET/Resilient: isend: bad comm or request");
+  MENDARGCHECK(mhandle == NULL || ((struct rnetMr*)mhandle)->magic == RNET_MR_MAGIC, ncclInvalidArgument,
+               "NET/Resilient: isend: %p is not a registration of this Net", mhandle);
+  (void)tag;
+  *request = NULL;
+  MENDCHECK(mendRnetProgress(rc));
+  struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
+  if (rc->nPosted - rc->nDone >= RNET_WINDOW || r->used || r->base) return ncclSuccess;  /* full: try later */
+  *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mhandle };
+  rc->nPosted++;
+  if (rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();  /* the clock starts with the first unacked */
+  *request = r;
+  return mendRnetProgress(rc);
+}
+
+static ncclResult_t rnetIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                              void** request) {
+  struct rnetComm* rc = recvComm;
+  MENDARGCHECK(rc != NULL && request != NULL && !rc->isSend, ncclInvalidArgument, "NET/Resilient: irecv: bad comm or request");
+  MENDARGCHECK(n == 1 && data && sizes, ncclInvalidArgument, "NET/Resilient: irecv: %d receives at once (maxRecvs is 1)", n);
+  void* mh = mhandles ? mhandles[0] : NULL;
+  MENDARGCHECK(mh == NULL || ((struct rnetMr*)mh)->magic == RNET_MR_MAGIC, ncclInvalidArgument,
+               "NET/Resilient: irecv: %p is not a registration of this Net", mh);
+  (void)tags;
+  *request = NULL;
+  MENDCHECK(mendRnetProgress(rc));
+  struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
+  if (rc->nPosted - rc->nDone >= RNET_WINDOW || r->used || r->base) return ncclSuccess;
+  *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data[0], .size = sizes[0], .mr = mh };
+  rc->nPosted++;
+  *request = r;
+  return mendRnetProgress(rc);
+}
+
+static ncclResult_t rnetTest(void* request, int* done, int* sizes) {
+  struct rnetReq* r = request;
+  MENDARGCHECK(r != NULL && done != NULL && r->used && r->comm, ncclInvalidArgument, "NET/Resilient: test: bad request %p", request);
+  struct rnetComm* rc = r->comm;
+  *done = 0;
+  MENDCHECK(mendRnetProgress(rc));
+  if (r->seq >= rc->nDone) return ncclSuccess;
+  *done = 1;
+  if (sizes) sizes[0] = rc->isSend ? (int)r->size : r->got;
+  r->used = 0;
+  return ncclSuccess;
+}
+
+/* Host memory only (what the socket Net carries): receives are visible once placed. */
+static ncclResult_t rnetIflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  (void)recvComm, (void)n, (void)data, (void)sizes, (void)mhandles;
+  MENDARGCHECK(request != NULL, ncclInvalidArgument, "NET/Resilient: iflush: request is NULL");
+  *request = NULL;
+  return ncclSuccess;
+}
+
+ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st) {
+  struct rnetComm* rc = netComm;
+  MENDARGCHECK(rc != NULL && st != NULL, ncclInvalidArgument, "NET/Resilient: stats: NULL argument");
+  memset(st, 0, sizeof(*st));
+  st->nPaths = rc->nPaths;
+  st->active = rc->active;
+  st->failovers = rc->failovers;
+  for (int p = 0; p < rc->nPaths; p++) {
+    st->dead += rc->paths[p].state == RNET_PATH_DEAD;
+    st->msgs[p] = rc->paths[p].msgs;
+    st->localDev[p] = rc->paths[p].localDev;
+  }
+  return ncclSuccess;
+}
+
+const mendNet_t mendNetResilient = {
+  .name = "Resilient",
+  .init = rnetInit,
+  .devices = rnetDevices,
+  .getProperties = rnetGetProperties,
+  .listen = mendRnetListen,
+  .connect = mendRnetConnect,
+  .accept = mendRnetAccept,
+  .regMr = rnetRegMr,
+  .deregMr = rnetDeregMr,
+  .isend = rnetIsend,
+  .irecv = rnetIrecv,
+  .iflush = rnetIflush,
+  .test = rnetTest,
+  .closeSend = mendRnetCloseSend,
+  .closeRecv = mendRnetCloseRecv,
+  .closeListen = mendRnetCloseListen,
+  .finalize = rnetFinalize,
+};

@@ -1,0 +1,57 @@
+/*
+ * The resilient net ("Resilient"): a Net stacked over the devices of a base Net (one per NIC), like
+ * libfabric's mrail.  One rnet device per base device; a connection made on device d uses d as its
+ * primary path and opens a backup path on every other device (the failover chain), all connected
+ * before connect/accept return.  Messages are numbered; the receiver acknowledges what it has fully
+ * placed and an isend completes only once acknowledged, so a path failure loses nothing: both ends
+ * fence the dead path, agree on the receiver's count of placed messages, and the sender replays the
+ * rest on the next healthy path.  Each message's completion reaches the user exactly once, in order.
+ *
+ * Limits: one receive per irecv (maxRecvs 1); host memory (what the base supports); base listen
+ * handles must fit in MEND_NET_HANDLE_MAXSIZE - 16 bytes.
+ */
+#ifndef MEND_RESILIENCE_RNET_H_
+#define MEND_RESILIENCE_RNET_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+#include "transport/net.h"
+
+#define MEND_RNET_MAX_PATHS 8  /* paths per connection (NICs used per host) */
+
+/* The resilient Net.  Its devices and properties are the base Net's (set with mendRnetSetBase). */
+extern const mendNet_t mendNetResilient;
+
+/* The Net under the resilient one for init()/devices()/getProperties() (default: the socket Net). */
+void mendRnetSetBase(const mendNet_t* base);
+
+struct ncclComm;
+/* A context over an already initialised base (baseCtx stays the caller's).  With comm set, failure
+ * notices go to the peer over the bootstrap and the peer's notices are applied. */
+ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct ncclComm* comm, void** ctx);
+
+/* Is resilience on for this communicator?  MEND_RESILIENCE: 1 on, 0 off, -2 auto (on when the most
+ * NICs any rank has is 2 or more, the same answer on every rank). */
+int mendRnetEnabled(int nNicsMax);
+
+/* Per-communicator use by the net transport: the first call makes the context (over base/baseCtx),
+ * later calls share it; each call takes a reference that mendRnetRelease drops. */
+ncclResult_t mendRnetAttach(struct ncclComm* comm, const mendNet_t* base, void* baseCtx, void** ctx);
+void mendRnetRelease(struct ncclComm* comm);
+
+/* Observability and tests. */
+struct mendRnetStats {
+  int nPaths;                              /* paths of the connection */
+  int active;                              /* path carrying traffic (-1: none left) */
+  int dead;                                /* dead paths */
+  uint64_t failovers;                      /* paths failed under this connection */
+  uint64_t msgs[MEND_RNET_MAX_PATHS];      /* messages carried per path */
+  int localDev[MEND_RNET_MAX_PATHS];       /* local device of each path */
+};
+ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st);
+/* Declare path p of a connection failed, as if its NIC had died (any thread; applied by the next
+ * progress call of the owner). */
+ncclResult_t mendRnetKillPath(void* netComm, int p);
+
+#endif

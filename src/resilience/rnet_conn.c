@@ -1,0 +1,406 @@
+/*
+ * Resilient net connection setup: every path is connected before connect/accept return.
+ *
+ *   receiver listen(d): a base listen on every local device; the handle carries device d's.
+ *   sender:   listen on every local device (for ctrl comms), connect path 0's data comm, send our hello
+ *             (our listen handles), accept path 0's ctrl comm and receive the receiver's hello, then
+ *             connect the other paths' data comms and accept their ctrl comms.
+ *   receiver: accept path 0's data comm, receive the sender's hello, connect every path's ctrl comm,
+ *             send our hello on path 0's ctrl comm, accept the other paths' data comms.
+ * Path i pairs local device (primary + i) % nDevs with the peer's (peerPrimary + i) % peerDevs, i < the
+ * smaller device count, so both ends build the same chain and rails pair up when primaries match.
+ */
+#include "resilience/rnet_priv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "misc/utils.h"
+#include "resilience/detect.h"
+
+struct rnetListen {
+  struct rnetCtx* ctx;                                         /* owner */
+  int dev;                                                     /* primary device */
+  int nDevs;                                                   /* devices listened on */
+  void* listens[MEND_RNET_MAX_PATHS];                          /* base listen per device (NULL: unusable) */
+  char handles[MEND_RNET_MAX_PATHS][MEND_NET_HANDLE_MAXSIZE];  /* their handles */
+  struct rnetComm* rc;                                         /* the connection being accepted */
+  int accepted;                                                /* accept returned a comm already */
+};
+
+static int capDevs(int n) { return n > MEND_RNET_MAX_PATHS ? MEND_RNET_MAX_PATHS : n; }
+
+/* Listen on every device; a device other than `dev` that cannot listen is left out of the chain. */
+static ncclResult_t listenAll(struct rnetCtx* ctx, int dev, int nDevs, void** listens,
+                              char (*handles)[MEND_NET_HANDLE_MAXSIZE], uint32_t* mask) {
+  *mask = 0;
+  for (int d = 0; d < nDevs; d++) {
+    ncclResult_t res = ctx->base->listen(ctx->baseCtx, d, handles[d], &listens[d]);
+    if (res == ncclSuccess && listens[d]) {
+      *mask |= 1u << d;
+      continue;
+    }
+    listens[d] = NULL;
+    if (d == dev) {
+      WARN("NET/Resilient: cannot listen on primary device %d (error %d)", d, res);
+      return res != ncclSuccess ? res : ncclSystemError;
+    }
+    WARN("NET/Resilient: cannot listen on device %d (error %d): it is left out of the failover chain", d, res);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mendRnetListen(void* vctx, int dev, void* handle, void** listenComm) {
+  struct rnetCtx* ctx = vctx;
+  MENDARGCHECK(ctx && handle && listenComm, ncclInvalidArgument, "NET/Resilient: listen: NULL argument");
+  *listenComm = NULL;
+  int nDevs = capDevs(ctx->nDevs);
+  MENDARGCHECK(dev >= 0 && dev < nDevs, ncclInvalidArgument, "NET/Resilient: listen: device %d of %d", dev, nDevs);
+  struct rnetListen* lc;
+  MENDCHECK(MENDCALLOC(lc, 1));
+  lc->ctx = ctx;
+  lc->dev = dev;
+  lc->nDevs = nDevs;
+  uint32_t mask;
+  ncclResult_t res = listenAll(ctx, dev, nDevs, lc->listens, lc->handles, &mask);
+  if (res != ncclSuccess) goto fail_close;
+  for (int i = RNET_BASE_HANDLE_BYTES; i < MEND_NET_HANDLE_MAXSIZE; i++) {
+    if (lc->handles[dev][i]) {
+      WARN("NET/Resilient: the %s Net's listen handle is larger than %d bytes", ctx->base->name, RNET_BASE_HANDLE_BYTES);
+      res = ncclInternalError;
+      goto fail_close;
+    }
+  }
+  struct rnetHandle* h = handle;
+  memset(h, 0, sizeof(*h));
+  h->magic = RNET_MAGIC;
+  h->dev = (uint16_t)dev;
+  h->nDevs = (uint16_t)nDevs;
+  memcpy(h->base, lc->handles[dev], RNET_BASE_HANDLE_BYTES);
+  *listenComm = lc;
+  return ncclSuccess;
+fail_close:
+  for (int d = 0; d < nDevs; d++)
+    if (lc->listens[d]) ctx->base->closeListen(lc->listens[d]);
+  free(lc);
+  return res;
+}
+
+static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct rnetComm** out) {
+  struct rnetComm* rc;
+  MENDCHECK(MENDCALLOC(rc, 1));
+  if (MENDCALLOC(rc->area, 1) != ncclSuccess) {
+    free(rc);
+    return ncclSystemError;
+  }
+  rc->isSend = isSend;
+  rc->ctx = ctx;
+  rc->base = ctx->base;
+  rc->peerRank = -1;
+  rc->active = 0;
+  pthread_mutex_lock(&ctx->lock);
+  rc->connId = ctx->nextConnId++;
+  pthread_mutex_unlock(&ctx->lock);
+  struct rnetHello* me = &rc->area->mine;
+  me->magic = RNET_MAGIC;
+  me->nDevs = capDevs(ctx->nDevs);
+  me->primary = primary;
+  me->rank = ctx->rank;
+  me->connId = rc->connId;
+  *out = rc;
+  return ncclSuccess;
+}
+
+/* Check the peer's hello and lay out the paths (both ends compute the same chain). */
+static ncclResult_t planPaths(struct rnetComm* rc, int myPrimary, int myDevs, uint32_t myMask) {
+  struct rnetHello* peer = &rc->area->peer;
+  if (peer->magic != RNET_MAGIC || peer->nDevs < 1 || peer->nDevs > MEND_RNET_MAX_PATHS || peer->primary < 0 ||
+      peer->primary >= peer->nDevs) {
+    WARN("NET/Resilient: bad hello from the peer (magic 0x%x, %d devices, primary %d)", peer->magic, peer->nDevs,
+         peer->primary);
+    return ncclRemoteError;
+  }
+  rc->peerRank = peer->rank;
+  rc->peerConnId = peer->connId;
+  rc->nPaths = myDevs < peer->nDevs ? myDevs : peer->nDevs;
+  for (int i = 0; i < rc->nPaths; i++) {
+    struct rnetPath* path = rc->paths + i;
+    path->localDev = (myPrimary + i) % myDevs;
+    path->remoteDev = (peer->primary + i) % peer->nDevs;
+    memcpy(path->handle, peer->handles[path->remoteDev], MEND_NET_HANDLE_MAXSIZE);
+    int usable = ((peer->validMask >> path->remoteDev) & 1) && ((myMask >> path->localDev) & 1);
+    path->state = usable ? RNET_PATH_CONNECTING : RNET_PATH_DEAD;
+  }
+  return ncclSuccess;
+}
+
+/* Register the area on a freshly connected comm. */
+static ncclResult_t regArea(struct rnetComm* rc, void* comm, void** mh) {
+  if (*mh) return ncclSuccess;
+  ncclResult_t res = rc->base->regMr(comm, rc->area, sizeof(*rc->area), MEND_PTR_HOST, mh);
+  if (res != ncclSuccess) WARN("NET/Resilient: cannot register control buffers (error %d)", res);
+  return res;
+}
+
+/* Test a handshake request; *done = 1 once complete (the slot is cleared). */
+static ncclResult_t hsTest(struct rnetComm* rc, int i, int* done) {
+  *done = rc->hsReq[i] == NULL;
+  if (*done) return ncclSuccess;
+  int size = 0;
+  MENDCHECK(rc->base->test(rc->hsReq[i], done, &size));
+  if (*done) rc->hsReq[i] = NULL;
+  return ncclSuccess;
+}
+
+/* Backup paths: the sender connects data and accepts ctrl; the receiver the reverse.  *left gets the
+ * count still in progress. */
+static ncclResult_t connectBackups(struct rnetComm* rc, void** listens, int* left) {
+  *left = 0;
+  struct rnetCtx* ctx = rc->ctx;
+  for (int i = 0; i < rc->nPaths; i++) {
+    struct rnetPath* path = rc->paths + i;
+    if (path->state != RNET_PATH_CONNECTING) continue;
+    void** out = rc->isSend ? &path->data : &path->ctrl;   /* what we connect */
+    void** in = rc->isSend ? &path->ctrl : &path->data;    /* what we accept */
+    if (!*out && (i > 0 || !rc->isSend)) MENDCHECK(ctx->base->connect(ctx->baseCtx, path->localDev, path->handle, out));
+    if (!*in && i > 0) MENDCHECK(ctx->base->accept(listens[path->localDev], in));
+    if (path->data) MENDCHECK(regArea(rc, path->data, &path->dataArea));
+    if (path->ctrl) MENDCHECK(regArea(rc, path->ctrl, &path->ctrlArea));
+    if (path->data && path->ctrl) path->state = i == 0 ? RNET_PATH_ACTIVE : RNET_PATH_IDLE;
+    else (*left)++;
+  }
+  return ncclSuccess;
+}
+
+static void logReady(struct rnetComm* rc) {
+  char chain[64] = "";
+  size_t off = 0;
+  for (int i = 0; i < rc->nPaths && off + 8 < sizeof(chain); i++)
+    off += (size_t)snprintf(chain + off, sizeof(chain) - off, "%s%d%s", i ? "," : "", rc->paths[i].localDev,
+                            rc->paths[i].state == RNET_PATH_DEAD ? "(dead)" : "");
+  INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: %s conn %llx with rank %d ready, devices %s", rc->isSend ? "send" : "recv",
+       (unsigned long long)rc->connId, rc->peerRank, chain);
+}
+
+static ncclResult_t finishSetup(struct rnetComm* rc) {
+  if (rc->paths[0].state != RNET_PATH_ACTIVE) {
+    WARN("NET/Resilient: the primary path of conn %llx is not usable", (unsigned long long)rc->connId);
+    return ncclSystemError;
+  }
+  rc->stage = RNET_STAGE_READY;
+  rc->active = 0;
+  rc->lastProgressMs = mendTimeMs();
+  mendRnetCtxAdd(rc->ctx, rc);
+  mendRnetDetectAdd(rc);
+  logReady(rc);
+  return ncclSuccess;
+}
+
+/* The sender's handshake; returns with rc->stage READY when done. */
+static ncclResult_t sendSetup(struct rnetComm* rc, struct rnetHandle* h) {
+  struct rnetCtx* ctx = rc->ctx;
+  struct rnetPath* p0 = rc->paths;
+  int done;
+  if (rc->stage == RNET_STAGE_START) {
+    rc->nPaths = 1;
+    p0->localDev = rc->area->mine.primary;
+    memcpy(p0->handle, h->base, RNET_BASE_HANDLE_BYTES);
+    rc->stage = RNET_STAGE_HELLO;
+  }
+  if (rc->stage == RNET_STAGE_HELLO) {
+    if (!p0->data) {
+      MENDCHECK(ctx->base->connect(ctx->baseCtx, p0->localDev, p0->handle, &p0->data));
+      if (!p0->data) return ncclSuccess;
+      MENDCHECK(regArea(rc, p0->data, &p0->dataArea));
+      MENDCHECK(rc->base->isend(p0->data, &rc->area->mine, sizeof(rc->area->mine), 0, p0->dataArea, &rc->hsReq[0]));
+      if (!rc->hsReq[0]) return ncclInternalError;
+    }
+    if (!p0->ctrl) {
+      MENDCHECK(ctx->base->accept(rc->listens[p0->localDev], &p0->ctrl));
+      if (!p0->ctrl) return ncclSuccess;
+      MENDCHECK(regArea(rc, p0->ctrl, &p0->ctrlArea));
+      void* data = &rc->area->peer;
+      size_t size = sizeof(rc->area->peer);
+      int tag = 0;
+      MENDCHECK(rc->base->irecv(p0->ctrl, 1, &data, &size, &tag, &p0->ctrlArea, &rc->hsReq[1]));
+      if (!rc->hsReq[1]) return ncclInternalError;
+    }
+    MENDCHECK(hsTest(rc, 1, &done));
+    if (!done) return ncclSuccess;
+    void* data0 = p0->data, *ctrl0 = p0->ctrl, *dA = p0->dataArea, *cA = p0->ctrlArea;
+    MENDCHECK(planPaths(rc, rc->area->mine.primary, rc->area->mine.nDevs, rc->area->mine.validMask));
+    p0->data = data0, p0->ctrl = ctrl0, p0->dataArea = dA, p0->ctrlArea = cA;
+    rc->stage = RNET_STAGE_PATHS;
+  }
+  int left;
+  MENDCHECK(connectBackups(rc, rc->listens, &left));
+  MENDCHECK(hsTest(rc, 0, &done));
+  if (left || !done) return ncclSuccess;
+  for (int d = 0; d < MEND_RNET_MAX_PATHS; d++) {
+    if (rc->listens[d]) ctx->base->closeListen(rc->listens[d]);
+    rc->listens[d] = NULL;
+  }
+  return finishSetup(rc);
+}
+
+ncclResult_t mendRnetConnect(void* vctx, int dev, void* handle, void** sendComm) {
+  struct rnetCtx* ctx = vctx;
+  struct rnetHandle* h = handle;
+  MENDARGCHECK(ctx && h && sendComm, ncclInvalidArgument, "NET/Resilient: connect: NULL argument");
+  *sendComm = NULL;
+  MENDARGCHECK(h->magic == RNET_MAGIC, ncclInvalidArgument, "NET/Resilient: connect: not a handle of this Net (magic 0x%x)", h->magic);
+  int nDevs = capDevs(ctx->nDevs);
+  MENDARGCHECK(dev >= 0 && dev < nDevs, ncclInvalidArgument, "NET/Resilient: connect: device %d of %d", dev, nDevs);
+  struct rnetComm* rc = h->stage;
+  if (!rc) {
+    MENDCHECK(newComm(ctx, 1, dev, &rc));
+    ncclResult_t res = listenAll(ctx, dev, nDevs, rc->listens, rc->area->mine.handles, &rc->area->mine.validMask);
+    if (res != ncclSuccess) {
+      h->stage = rc;
+      mendRnetCloseSend(rc);
+      h->stage = NULL;
+      return res;
+    }
+    mendRnetDetectFillHello(ctx, &rc->area->mine);
+    h->stage = rc;
+  }
+  ncclResult_t res = sendSetup(rc, h);
+  if (res != ncclSuccess) {
+    WARN("NET/Resilient: connect on device %d failed (error %d)", dev, res);
+    h->stage = NULL;
+    mendRnetCloseSend(rc);
+    return res;
+  }
+  if (rc->stage == RNET_STAGE_READY) {
+    h->stage = NULL;
+    *sendComm = rc;
+  }
+  return ncclSuccess;
+}
+
+/* The receiver's handshake. */
+static ncclResult_t recvSetup(struct rnetComm* rc, struct rnetListen* lc) {
+  struct rnetCtx* ctx = rc->ctx;
+  struct rnetPath* p0 = rc->paths;
+  int done;
+  if (rc->stage == RNET_STAGE_START) {
+    rc->nPaths = 1;
+    p0->localDev = lc->dev;
+    rc->stage = RNET_STAGE_HELLO;
+  }
+  if (rc->stage == RNET_STAGE_HELLO) {
+    if (!p0->data) {
+      MENDCHECK(ctx->base->accept(lc->listens[lc->dev], &p0->data));
+      if (!p0->data) return ncclSuccess;
+      MENDCHECK(regArea(rc, p0->data, &p0->dataArea));
+      void* data = &rc->area->peer;
+      size_t size = sizeof(rc->area->peer);
+      int tag = 0;
+      MENDCHECK(rc->base->irecv(p0->data, 1, &data, &size, &tag, &p0->dataArea, &rc->hsReq[1]));
+      if (!rc->hsReq[1]) return ncclInternalError;
+    }
+    MENDCHECK(hsTest(rc, 1, &done));
+    if (!done) return ncclSuccess;
+    void* data0 = p0->data, *dA = p0->dataArea;
+    MENDCHECK(planPaths(rc, lc->dev, lc->nDevs, rc->area->mine.validMask));
+    p0->data = data0, p0->dataArea = dA;
+    rc->stage = RNET_STAGE_PATHS;
+  }
+  int left;
+  MENDCHECK(connectBackups(rc, lc->listens, &left));
+  if (p0->ctrl && !p0->ctrlArea) return ncclInternalError;
+  if (p0->ctrl && rc->hsStep == 0) {
+    MENDCHECK(rc->base->isend(p0->ctrl, &rc->area->mine, sizeof(rc->area->mine), 0, p0->ctrlArea, &rc->hsReq[0]));
+    if (!rc->hsReq[0]) return ncclSuccess;
+    rc->hsStep = 1;
+  }
+  MENDCHECK(hsTest(rc, 0, &done));
+  if (left || !done || rc->hsStep == 0) return ncclSuccess;
+  return finishSetup(rc);
+}
+
+ncclResult_t mendRnetAccept(void* listenComm, void** recvComm) {
+  struct rnetListen* lc = listenComm;
+  MENDARGCHECK(lc && recvComm, ncclInvalidArgument, "NET/Resilient: accept: NULL argument");
+  *recvComm = NULL;
+  MENDARGCHECK(!lc->accepted, ncclInvalidUsage, "NET/Resilient: accept: one connection per listen comm");
+  if (!lc->rc) {
+    MENDCHECK(newComm(lc->ctx, 0, lc->dev, &lc->rc));
+    struct rnetHello* me = &lc->rc->area->mine;
+    for (int d = 0; d < lc->nDevs; d++) {
+      memcpy(me->handles[d], lc->handles[d], MEND_NET_HANDLE_MAXSIZE);
+      if (lc->listens[d]) me->validMask |= 1u << d;
+    }
+    mendRnetDetectFillHello(lc->ctx, me);
+  }
+  struct rnetComm* rc = lc->rc;
+  ncclResult_t res = recvSetup(rc, lc);
+  if (res != ncclSuccess) {
+    WARN("NET/Resilient: accept on device %d failed (error %d)", lc->dev, res);
+    lc->rc = NULL;
+    mendRnetCloseRecv(rc);
+    return res;
+  }
+  if (rc->stage == RNET_STAGE_READY) {
+    lc->rc = NULL;
+    lc->accepted = 1;
+    *recvComm = rc;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t mendRnetCloseListen(void* listenComm) {
+  struct rnetListen* lc = listenComm;
+  if (!lc) return ncclSuccess;
+  if (lc->rc) mendRnetCloseRecv(lc->rc);
+  for (int d = 0; d < lc->nDevs; d++)
+    if (lc->listens[d]) lc->ctx->base->closeListen(lc->listens[d]);
+  free(lc);
+  return ncclSuccess;
+}
+
+void mendRnetPathClose(struct rnetComm* rc, int p) {
+  struct rnetPath* path = rc->paths + p;
+  const mendNet_t* b = rc->base;
+  if (path->data) {
+    for (struct rnetMr* mr = rc->mrs; mr; mr = mr->next) {
+      if (mr->base[p]) b->deregMr(path->data, mr->base[p]);
+      mr->base[p] = NULL;
+    }
+    if (path->dataArea) b->deregMr(path->data, path->dataArea);
+    if (rc->isSend) b->closeSend(path->data);
+    else b->closeRecv(path->data);
+  }
+  if (path->ctrl) {
+    if (path->ctrlArea) b->deregMr(path->ctrl, path->ctrlArea);
+    if (rc->isSend) b->closeRecv(path->ctrl);
+    else b->closeSend(path->ctrl);
+  }
+  path->data = path->ctrl = path->dataArea = path->ctrlArea = NULL;
+}
+
+static ncclResult_t closeComm(struct rnetComm* rc) {
+  if (!rc) return ncclSuccess;
+  if (rc->stage == RNET_STAGE_READY) {
+    mendRnetDetectRemove(rc);
+    mendRnetCtxRemove(rc->ctx, rc);
+  }
+  for (int p = 0; p < rc->nPaths; p++) mendRnetPathClose(rc, p);
+  for (int d = 0; d < MEND_RNET_MAX_PATHS; d++)
+    if (rc->isSend && rc->listens[d]) rc->base->closeListen(rc->listens[d]);
+  while (rc->mrs) {
+    struct rnetMr* mr = rc->mrs;
+    rc->mrs = mr->next;
+    mr->magic = 0;
+    free(mr);
+  }
+  mendRnetDetectCommFree(rc);
+  free(rc->area);
+  free(rc);
+  return ncclSuccess;
+}
+
+ncclResult_t mendRnetCloseSend(void* sendComm) { return closeComm(sendComm); }
+ncclResult_t mendRnetCloseRecv(void* recvComm) { return closeComm(recvComm); }

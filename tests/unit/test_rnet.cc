@@ -1,0 +1,435 @@
+// The resilient net over a test base Net: K fake devices that all ride the socket Net on loopback,
+// each of which can be made to fail (every call errors, as when the NIC dies under both ends) or to
+// swallow control messages (acknowledgements lost).  Checks: ordering, exactly-once delivery under
+// replay, chain walking, one-sided fencing, all-paths-dead error within a bound.
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "misc/param.h"
+#include "resilience/rnet.h"
+#include "transport/net.h"
+void mendNetSocketResetForTest(void);
+}
+
+namespace {
+
+double nowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// ---------------------------------------------------------------- the test base Net
+const mendNet_t* S = &mendNetSocket;
+const int kMaxDevs = 4;
+int gDevs = 3;
+std::atomic<int> gDead[kMaxDevs];      // every call on the device fails
+std::atomic<int> gMute[kMaxDevs];      // 16-byte isends (control messages) are swallowed
+std::atomic<long> gSends[kMaxDevs];    // isends of more than 16 bytes per device
+
+struct WComm { int dev; void* inner; std::set<struct WReq*> reqs; };
+struct WReq { WComm* c; void* inner; int fake; size_t size; };
+
+ncclResult_t wInit(void** ctx, uint64_t id, mendDebugLogger_t l) { return S->init(ctx, id, l); }
+ncclResult_t wDevices(int* n) { *n = gDevs; return ncclSuccess; }
+ncclResult_t wProps(int dev, struct mendNetProperties* p) { return S->getProperties(0, p); }
+ncclResult_t wListen(void* ctx, int dev, void* handle, void** lc) {
+  if (gDead[dev]) return ncclSystemError;
+  WComm* w = new WComm{dev, nullptr, {}};
+  ncclResult_t r = S->listen(ctx, 0, handle, &w->inner);
+  if (r != ncclSuccess) { delete w; return r; }
+  *lc = w;
+  return ncclSuccess;
+}
+ncclResult_t wConnect(void* ctx, int dev, void* handle, void** sc) {
+  *sc = nullptr;
+  if (gDead[dev]) return ncclSystemError;
+  void* inner = nullptr;
+  ncclResult_t r = S->connect(ctx, 0, handle, &inner);
+  if (r == ncclSuccess && inner) *sc = new WComm{dev, inner, {}};
+  return r;
+}
+ncclResult_t wAccept(void* lc, void** rc) {
+  WComm* l = (WComm*)lc;
+  *rc = nullptr;
+  if (gDead[l->dev]) return ncclSystemError;
+  void* inner = nullptr;
+  ncclResult_t r = S->accept(l->inner, &inner);
+  if (r == ncclSuccess && inner) *rc = new WComm{l->dev, inner, {}};
+  return r;
+}
+ncclResult_t wRegMr(void* c, void* d, size_t s, int t, void** mh) { return S->regMr(((WComm*)c)->inner, d, s, t, mh); }
+ncclResult_t wDeregMr(void* c, void* mh) { return S->deregMr(((WComm*)c)->inner, mh); }
+ncclResult_t wIsend(void* c, void* d, size_t s, int tag, void* mh, void** req) {
+  WComm* w = (WComm*)c;
+  *req = nullptr;
+  if (gDead[w->dev]) return ncclSystemError;
+  if (s == 16 && gMute[w->dev]) {  // a control message that never arrives
+    WReq* q = new WReq{w, nullptr, 1, s};
+    w->reqs.insert(q);
+    *req = q;
+    return ncclSuccess;
+  }
+  void* inner = nullptr;
+  ncclResult_t r = S->isend(w->inner, d, s, tag, mh, &inner);
+  if (r != ncclSuccess || !inner) return r;
+  if (s > 16) gSends[w->dev]++;
+  WReq* q = new WReq{w, inner, 0, s};
+  w->reqs.insert(q);
+  *req = q;
+  return ncclSuccess;
+}
+ncclResult_t wIrecv(void* c, int n, void** d, size_t* s, int* t, void** mh, void** req) {
+  WComm* w = (WComm*)c;
+  *req = nullptr;
+  if (gDead[w->dev]) return ncclSystemError;
+  void* inner = nullptr;
+  ncclResult_t r = S->irecv(w->inner, n, d, s, t, mh, &inner);
+  if (r != ncclSuccess || !inner) return r;
+  WReq* q = new WReq{w, inner, 0, 0};
+  w->reqs.insert(q);
+  *req = q;
+  return ncclSuccess;
+}
+ncclResult_t wIflush(void*, int, void**, int*, void**, void** req) { *req = nullptr; return ncclSuccess; }
+ncclResult_t wTest(void* req, int* done, int* sizes) {
+  WReq* q = (WReq*)req;
+  *done = 0;
+  if (gDead[q->c->dev]) return ncclSystemError;
+  if (q->fake) {
+    *done = 1;
+    if (sizes) *sizes = (int)q->size;
+  } else {
+    ncclResult_t r = S->test(q->inner, done, sizes);
+    if (r != ncclSuccess) return r;
+  }
+  if (*done) { q->c->reqs.erase(q); delete q; }
+  return ncclSuccess;
+}
+void wFree(WComm* w) { for (WReq* q : w->reqs) delete q; delete w; }
+ncclResult_t wCloseSend(void* c) { ncclResult_t r = S->closeSend(((WComm*)c)->inner); wFree((WComm*)c); return r; }
+ncclResult_t wCloseRecv(void* c) { ncclResult_t r = S->closeRecv(((WComm*)c)->inner); wFree((WComm*)c); return r; }
+ncclResult_t wCloseListen(void* c) { ncclResult_t r = S->closeListen(((WComm*)c)->inner); wFree((WComm*)c); return r; }
+ncclResult_t wFinalize(void* ctx) { return S->finalize(ctx); }
+
+const mendNet_t kTestNet = {
+  .name = "TestMulti", .init = wInit, .devices = wDevices, .getProperties = wProps, .listen = wListen,
+  .connect = wConnect, .accept = wAccept, .regMr = wRegMr, .deregMr = wDeregMr, .isend = wIsend,
+  .irecv = wIrecv, .iflush = wIflush, .test = wTest, .closeSend = wCloseSend, .closeRecv = wCloseRecv,
+  .closeListen = wCloseListen, .finalize = wFinalize,
+};
+
+const mendNet_t* R = &mendNetResilient;
+
+// ---------------------------------------------------------------- fixture
+class RnetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* old = getenv("NCCL_SOCKET_IFNAME");
+    saved_ = old ? old : "";
+    hadIf_ = old != nullptr;
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    mendParamResetCache();
+    mendNetSocketResetForTest();
+    for (int d = 0; d < kMaxDevs; d++) gDead[d] = gMute[d] = 0, gSends[d] = 0;
+    gDevs = 3;
+    mendRnetSetBase(&kTestNet);
+    ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+    alarm(120);  // a hang ends the run (SIGALRM) and so fails
+  }
+  void TearDown() override {
+    alarm(0);
+    if (sc_) R->closeSend(sc_);
+    if (rc_) R->closeRecv(rc_);
+    R->finalize(ctx_);
+    mendRnetSetBase(nullptr);
+    for (int d = 0; d < kMaxDevs; d++) gDead[d] = gMute[d] = 0;
+    if (hadIf_) setenv("NCCL_SOCKET_IFNAME", saved_.c_str(), 1);
+    else unsetenv("NCCL_SOCKET_IFNAME");
+    mendParamResetCache();
+    mendNetSocketResetForTest();
+  }
+
+  void Connect(int dev = 0) {
+    char handle[MEND_NET_HANDLE_MAXSIZE] = {};
+    void* lc = nullptr;
+    ASSERT_EQ(R->listen(ctx_, dev, handle, &lc), ncclSuccess);
+    double t0 = nowMs();
+    while ((!sc_ || !rc_) && nowMs() - t0 < 10000) {
+      if (!sc_) { ASSERT_EQ(R->connect(ctx_, dev, handle, &sc_), ncclSuccess); }
+      if (!rc_) { ASSERT_EQ(R->accept(lc, &rc_), ncclSuccess); }
+    }
+    ASSERT_TRUE(sc_ && rc_) << "handshake did not complete in 10 s";
+    EXPECT_EQ(R->closeListen(lc), ncclSuccess);
+  }
+
+  static size_t SizeOf(int i) {  // mixed sizes, never 16 (the control message size)
+    static const size_t k[] = {1, 100, 4096, 65536 + 3, 300000, 0, 24, 512 * 1024};
+    return k[i % 8];
+  }
+  static char Byte(int msg, size_t i) { return (char)((msg * 131 + i * 7 + (i >> 9)) & 0xff); }
+
+  // Stream n messages through 8-slot FIFOs on both ends, as the proxy does: the sender posts into a free
+  // slot and frees it when its isend completes; the receiver posts an irecv per free slot, checks every
+  // completion in order and frees the slot.  action(k) runs once after the k-th message was received.
+  // Returns the first error of either side (or ncclInProgress on timeout); *received gets the count.
+  ncclResult_t Stream(int n, int* received, std::function<void(int)> action = nullptr, double timeoutMs = 30000) {
+    const int kSlots = 8;
+    const size_t kSlotBytes = 512 * 1024;
+    std::vector<char> sbuf(kSlots * kSlotBytes), rbuf(kSlots * kSlotBytes);
+    void *smh = nullptr, *rmh = nullptr;
+    EXPECT_EQ(R->regMr(sc_, sbuf.data(), sbuf.size(), MEND_PTR_HOST, &smh), ncclSuccess);
+    EXPECT_EQ(R->regMr(rc_, rbuf.data(), rbuf.size(), MEND_PTR_HOST, &rmh), ncclSuccess);
+    void* sreq[kSlots] = {};
+    void* rreq[kSlots] = {};
+    int sPosted = 0, sDone = 0, rPosted = 0, rDone = 0;
+    ncclResult_t res = ncclSuccess;
+    double t0 = nowMs();
+    while (rDone < n && res == ncclSuccess) {
+      if (nowMs() - t0 > timeoutMs) { res = ncclInProgress; break; }
+      while (sPosted < n && sPosted - sDone < kSlots) {
+        int s = sPosted % kSlots;
+        char* p = sbuf.data() + s * kSlotBytes;
+        for (size_t i = 0; i < SizeOf(sPosted); i++) p[i] = Byte(sPosted, i);
+        res = R->isend(sc_, p, SizeOf(sPosted), 0, smh, &sreq[s]);
+        if (res != ncclSuccess || !sreq[s]) break;
+        sPosted++;
+      }
+      while (res == ncclSuccess && sDone < sPosted) {
+        int s = sDone % kSlots, done = 0, size = -1;
+        res = R->test(sreq[s], &done, &size);
+        if (res != ncclSuccess || !done) break;
+        EXPECT_EQ((size_t)size, SizeOf(sDone));
+        sDone++;
+      }
+      while (res == ncclSuccess && rPosted < n && rPosted - rDone < kSlots) {
+        int s = rPosted % kSlots, tag = 0;
+        void* d = rbuf.data() + s * kSlotBytes;
+        size_t sz = kSlotBytes;
+        memset(d, 0xee, 64);
+        res = R->irecv(rc_, 1, &d, &sz, &tag, &rmh, &rreq[s]);
+        if (res != ncclSuccess || !rreq[s]) break;
+        rPosted++;
+      }
+      while (res == ncclSuccess && rDone < rPosted) {
+        int s = rDone % kSlots, done = 0, size = -1;
+        res = R->test(rreq[s], &done, &size);
+        if (res != ncclSuccess || !done) break;
+        EXPECT_EQ((size_t)size, SizeOf(rDone)) << "message " << rDone;
+        const char* p = rbuf.data() + s * kSlotBytes;
+        size_t bad = 0;
+        for (size_t i = 0; i < SizeOf(rDone) && (size_t)size == SizeOf(rDone); i++) bad += p[i] != Byte(rDone, i);
+        EXPECT_EQ(bad, 0u) << "message " << rDone << " has wrong bytes";
+        rDone++;
+        if (action) action(rDone);
+      }
+    }
+    // Drain the sender: its last isends complete on acknowledgement, which the receiver sent when it
+    // placed the messages (no receiver call is needed any more).
+    while (res == ncclSuccess && sDone < sPosted && nowMs() - t0 < timeoutMs) {
+      int s = sDone % kSlots, done = 0, size = -1;
+      res = R->test(sreq[s], &done, &size);
+      if (res == ncclSuccess && done) sDone++;
+    }
+    if (res == ncclSuccess && sDone < sPosted) res = ncclInProgress;
+    *received = rDone;
+    EXPECT_EQ(R->deregMr(sc_, smh), ncclSuccess);
+    EXPECT_EQ(R->deregMr(rc_, rmh), ncclSuccess);
+    return res;
+  }
+
+  mendRnetStats Stats(void* c) {
+    mendRnetStats st;
+    EXPECT_EQ(mendRnetGetStats(c, &st), ncclSuccess);
+    return st;
+  }
+
+  void* ctx_ = nullptr;
+  void* sc_ = nullptr;
+  void* rc_ = nullptr;
+  std::vector<void*> extra_;
+  std::string saved_;
+  bool hadIf_ = false;
+};
+
+TEST_F(RnetTest, HandshakeBuildsOnePathPerDevice) {
+  Connect(1);
+  mendRnetStats s = Stats(sc_), r = Stats(rc_);
+  EXPECT_EQ(s.nPaths, 3);
+  EXPECT_EQ(r.nPaths, 3);
+  EXPECT_EQ(s.active, 0);
+  EXPECT_EQ(s.localDev[0], 1);  // the primary is the device asked for, then the chain
+  EXPECT_EQ(s.localDev[1], 2);
+  EXPECT_EQ(s.localDev[2], 0);
+  EXPECT_EQ(r.localDev[0], 1);
+  EXPECT_EQ(s.dead, 0);
+}
+
+TEST_F(RnetTest, OrderedExactNoFault) {
+  Connect();
+  int got = 0;
+  ASSERT_EQ(Stream(400, &got), ncclSuccess);
+  EXPECT_EQ(got, 400);
+  mendRnetStats s = Stats(sc_);
+  EXPECT_EQ(s.failovers, 0u);
+  EXPECT_EQ(s.msgs[1] + s.msgs[2], 0u) << "backups must stay idle without a fault";
+  EXPECT_EQ(gSends[1] + gSends[2], 0);
+}
+
+TEST_F(RnetTest, SenderFencesPrimaryMidStream) {
+  Connect();
+  int got = 0;
+  ASSERT_EQ(Stream(300, &got, [&](int k) { if (k == 100) mendRnetKillPath(sc_, 0); }), ncclSuccess);
+  EXPECT_EQ(got, 300);
+  mendRnetStats s = Stats(sc_), r = Stats(rc_);
+  EXPECT_EQ(s.active, 1);
+  EXPECT_EQ(r.active, 1) << "the receiver must follow when the sender fences the path";
+  EXPECT_GT(s.msgs[1], 0u);
+}
+
+TEST_F(RnetTest, ReceiverFencesPrimaryMidStream) {
+  Connect();
+  int got = 0;
+  ASSERT_EQ(Stream(300, &got, [&](int k) { if (k == 57) mendRnetKillPath(rc_, 0); }), ncclSuccess);
+  EXPECT_EQ(got, 300);
+  EXPECT_EQ(Stats(sc_).active, 1);
+  EXPECT_EQ(Stats(rc_).active, 1);
+}
+
+TEST_F(RnetTest, DeviceDiesUnderBothEnds) {
+  Connect();
+  int got = 0;
+  ASSERT_EQ(Stream(300, &got, [&](int k) { if (k == 150) gDead[0] = 1; }), ncclSuccess);
+  EXPECT_EQ(got, 300);
+  EXPECT_EQ(Stats(sc_).active, 1);
+  EXPECT_EQ(Stats(rc_).active, 1);
+}
+
+TEST_F(RnetTest, ChainWalksPastTwoFailures) {
+  Connect();
+  int got = 0;
+  ASSERT_EQ(Stream(400, &got, [&](int k) {
+              if (k == 100) gDead[0] = 1;
+              if (k == 200) gDead[1] = 1;
+            }),
+            ncclSuccess);
+  EXPECT_EQ(got, 400);
+  mendRnetStats s = Stats(sc_);
+  EXPECT_EQ(s.active, 2);
+  EXPECT_EQ(s.dead, 2);
+  EXPECT_GT(s.msgs[2], 0u);
+}
+
+TEST_F(RnetTest, ReplayDeliversExactlyOnceWhenAcksAreLost) {
+  Connect();
+  int got = 0;
+  // From message 50 on, the receiver's acknowledgements on path 0 vanish: the sender holds every slot
+  // (placed but unacknowledged).  Fencing path 0 then makes the receiver's RESUME the rollback point:
+  // the sender must replay only what was not placed, and the receiver must see every message once.
+  ASSERT_EQ(Stream(200, &got, [&](int k) {
+              if (k == 50) gMute[0] = 1;
+              if (k == 55) mendRnetKillPath(sc_, 0);
+            }),
+            ncclSuccess);
+  EXPECT_EQ(got, 200);
+  EXPECT_EQ(Stats(sc_).active, 1);
+}
+
+TEST_F(RnetTest, StalledAcksWithoutFenceHoldTheSender) {
+  Connect();
+  gMute[0] = 1;  // acks lost: isends must not complete (the slot would be reused before placement is known)
+  std::vector<char> buf(1000, 3), dst(1000);
+  void *smh, *rmh, *sreq = nullptr, *rreq = nullptr;
+  ASSERT_EQ(R->regMr(sc_, buf.data(), buf.size(), MEND_PTR_HOST, &smh), ncclSuccess);
+  ASSERT_EQ(R->regMr(rc_, dst.data(), dst.size(), MEND_PTR_HOST, &rmh), ncclSuccess);
+  void* d = dst.data();
+  size_t sz = dst.size();
+  int tag = 0, sdone = 0, rdone = 0, size = 0;
+  ASSERT_EQ(R->irecv(rc_, 1, &d, &sz, &tag, &rmh, &rreq), ncclSuccess);
+  ASSERT_EQ(R->isend(sc_, buf.data(), buf.size(), 0, smh, &sreq), ncclSuccess);
+  double t0 = nowMs();
+  while (nowMs() - t0 < 300) {
+    ASSERT_EQ(R->test(sreq, &sdone, &size), ncclSuccess);
+    if (!rdone) {
+      ASSERT_EQ(R->test(rreq, &rdone, &size), ncclSuccess);
+    }
+  }
+  EXPECT_EQ(rdone, 1);
+  EXPECT_EQ(sdone, 0) << "an isend completed without acknowledgement";
+  gMute[0] = 0;
+  mendRnetKillPath(sc_, 0);  // fence: the RESUME on path 1 acknowledges it
+  t0 = nowMs();
+  while (!sdone && nowMs() - t0 < 5000) {
+    ASSERT_EQ(R->test(sreq, &sdone, &size), ncclSuccess);
+    void* q = nullptr;  // the receiver must progress to notice the fence: post a receive
+    if (extra_.empty()) {
+      ASSERT_EQ(R->irecv(rc_, 1, &d, &sz, &tag, &rmh, &q), ncclSuccess);
+      if (q) extra_.push_back(q);
+    } else {
+      int dd;
+      ASSERT_EQ(R->test(extra_[0], &dd, &size), ncclSuccess);
+    }
+  }
+  EXPECT_EQ(sdone, 1);
+  R->deregMr(sc_, smh);
+  R->deregMr(rc_, rmh);
+}
+
+TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
+  Connect();
+  int got = 0;
+  double t0 = nowMs();
+  ncclResult_t res = Stream(300, &got, [&](int k) {
+    if (k == 100) gDead[0] = gDead[1] = gDead[2] = 1;
+  });
+  double ms = nowMs() - t0;
+  EXPECT_TRUE(res == ncclRemoteError || res == ncclSystemError) << "got " << res;
+  EXPECT_LT(ms, 5000);
+  EXPECT_GE(got, 100);
+  EXPECT_LT(got, 300);
+  EXPECT_EQ(Stats(sc_).active, -1);
+  // Later calls keep failing, never hang.
+  int done = 0;
+  void* q = nullptr;
+  char b[8];
+  EXPECT_NE(R->isend(sc_, b, 8, 0, nullptr, &q), ncclSuccess);
+  (void)done;
+}
+
+TEST_F(RnetTest, BadArgumentsAreRejected) {
+  char handle[MEND_NET_HANDLE_MAXSIZE] = {};
+  void* c = nullptr;
+  EXPECT_EQ(R->connect(ctx_, 0, handle, &c), ncclInvalidArgument);  // not a handle of this Net
+  EXPECT_EQ(R->listen(ctx_, 9, handle, &c), ncclInvalidArgument);
+  EXPECT_EQ(R->test(nullptr, nullptr, nullptr), ncclInvalidArgument);
+  Connect();
+  void* d[2];
+  size_t s[2];
+  void* q;
+  EXPECT_EQ(R->irecv(rc_, 2, d, s, nullptr, nullptr, &q), ncclInvalidArgument);
+  EXPECT_EQ(R->isend(rc_, d, 1, 0, nullptr, &q), ncclInvalidArgument);
+}
+
+TEST_F(RnetTest, OneDeviceStillWorks) {
+  gDevs = 1;
+  R->finalize(ctx_);  // the device count is read at init
+  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  Connect();
+  EXPECT_EQ(Stats(sc_).nPaths, 1);
+  int got = 0;
+  ASSERT_EQ(Stream(50, &got), ncclSuccess);
+  EXPECT_EQ(got, 50);
+}
+
+}  // namespace
