@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The perf tools' own tests (TAP lines "ok name" / "not ok name"):
+#  - --selftest of every tool (parsing, counts, busbw factors, formats, test data; no communicator)
+#  - output format and bus-bandwidth factor of every tool, threads in one process (-t 2)
+#  - -c 1 reports 0 wrong for every type and op; a planted wrong result is caught (#wrong > 0,
+#    FAILED footer, non-zero exit)
+#  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
+#    (env launch, 2 and 4 ranks), mpirun (when Open MPI is installed), the testbed (root only)
+#  - mend-run propagates exit codes and timeouts
+# Every command runs under a timeout, so a hang is a failure, not a stuck test run.
+set -u
+cd "$(dirname "$0")/../.."
+B=${MEND_BUILDDIR:-${BUILDDIR:-build}}
+B=$(cd "$B" && pwd)
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+CHECK="python3 tests/integration/perf/check_output.py"
+RUN="$B/bin/mend-run"
+T=${MEND_PERF_TEST_TIMEOUT:-120}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+TOOLS="all_reduce all_gather broadcast reduce reduce_scatter sendrecv alltoall gather scatter"
+fails=0
+
+ok() { echo "ok $1${2:+ # $2}"; }
+notok() { echo "not ok $1"; fails=$((fails + 1)); [ -f "${2:-}" ] && sed 's/^/    /' "$2" | tail -25; }
+# run NAME CMD...: output in $TMP/NAME.out, exit code in $rc
+run() { local n=$1; shift; timeout -k 5 "$T" "$@" > "$TMP/$n.out" 2>&1; rc=$?; }
+expect_ok() { # name checker-args...
+  local n=$1; shift
+  if [ "$rc" -eq 0 ] && $CHECK "$@" "$TMP/$n.out" > "$TMP/$n.chk" 2>&1; then ok "$n"
+  else echo "    exit code $rc" >> "$TMP/$n.chk"; cat "$TMP/$n.out" >> "$TMP/$n.chk"; notok "$n" "$TMP/$n.chk"; fi
+}
+
+for t in $TOOLS; do
+  [ -x "$B/bin/${t}_perf" ] || { notok "build_${t}_perf"; continue; }
+done
+
+# 1. The harness checks itself, without a communicator.
+for t in $TOOLS; do
+  run "selftest_$t" "$B/bin/${t}_perf" --selftest
+  if [ "$rc" -eq 0 ] && grep -q "^# selftest: [1-9][0-9]* passed, 0 failed" "$TMP/selftest_$t.out" &&
+     ! grep -q "^not ok" "$TMP/selftest_$t.out"; then ok "selftest_$t"; else notok "selftest_$t" "$TMP/selftest_$t.out"; fi
+done
+
+# 2. Format and bus bandwidth of every tool: 2 threads, 8 B .. 1 KiB.
+for t in $TOOLS; do
+  run "format_$t" "$B/bin/${t}_perf" -b 8 -e 1K -f 2 -t 2 -c 1
+  expect_ok "format_$t" --coll "$t" --nranks 2
+done
+run sweep_sizes "$B/bin/all_reduce_perf" -b 1K -e 4K -i 1K -t 2 -n 3
+expect_ok sweep_sizes --coll all_reduce --nranks 2 --sizes 1024,2048,3072,4096
+
+# 3. Every type and op is checked exactly (-c 1), in place and out of place.
+run check_all_types "$B/bin/all_reduce_perf" -b 64 -e 1K -f 4 -t 2 -d all -o all -c 1 -n 2
+expect_ok check_all_types --coll all_reduce --nranks 2
+run check_all_types_rs "$B/bin/reduce_scatter_perf" -b 256 -e 1K -f 4 -t 3 -d all -o all -c 1 -n 2
+expect_ok check_all_types_rs --coll reduce_scatter --nranks 3
+
+# 4. A planted wrong result must be caught: #wrong > 0, FAILED, non-zero exit.
+for t in all_reduce reduce broadcast alltoall; do
+  MEND_PERF_PLANT_ERROR=1 run "plant_$t" "$B/bin/${t}_perf" -b 64 -e 256 -f 4 -t 2 -r 1 -c 1
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && $CHECK --coll "$t" --nranks 2 --wrong some "$TMP/plant_$t.out" > "$TMP/plant_$t.chk" 2>&1 &&
+     grep -q "^# Out of bounds values : [1-9][0-9]* FAILED" "$TMP/plant_$t.out"; then ok "plant_$t"
+  else echo "    exit code $rc" >> "$TMP/plant_$t.chk"; cat "$TMP/plant_$t.out" >> "$TMP/plant_$t.chk"; notok "plant_$t" "$TMP/plant_$t.chk"; fi
+done
+
+# 5. Bad command lines: exit 2 with a message, before any communicator exists.
+run bad_args "$B/bin/all_reduce_perf" -b 2M -e 1M
+if [ "$rc" -eq 2 ] && grep -q "minbytes" "$TMP/bad_args.out"; then ok bad_args; else notok bad_args "$TMP/bad_args.out"; fi
+
+# 6. Launchers: ranks per thread, env launch via mend-run (2 and 4 ranks), MPI, testbed.
+run launch_gpus_per_thread "$B/bin/all_reduce_perf" -b 8 -e 64K -f 8 -t 1 -g 2
+expect_ok launch_gpus_per_thread --coll all_reduce --nranks 2
+run launch_parallel_init "$B/bin/all_gather_perf" -b 1K -e 64K -f 8 -t 2 -p 1
+expect_ok launch_parallel_init --coll all_gather --nranks 2
+for n in 2 4; do
+  run "launch_env_np$n" "$RUN" -np "$n" --timeout "$T" "$B/bin/all_reduce_perf" -b 8 -e 64K -f 8 -c 1
+  expect_ok "launch_env_np$n" --coll all_reduce --nranks "$n"
+done
+run launch_env_threads "$RUN" -np 2 --timeout "$T" "$B/bin/alltoall_perf" -b 1K -e 64K -f 8 -t 2
+expect_ok launch_env_threads --coll alltoall --nranks 4
+
+if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
+  # The same sources as `make MPI=1`, built here so the test does not rebuild the library.
+  if mpicc -std=c11 -D_GNU_SOURCE -DMPI_SUPPORT -O2 -pthread -I"$B/include" -Ibenchmarks/common \
+       benchmarks/all_reduce_perf.c benchmarks/common/*.c -o "$TMP/all_reduce_perf_mpi" \
+       -L"$B/lib" -lnccl -lm > "$TMP/mpicc.out" 2>&1; then
+    run launch_mpi mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH \
+      "$TMP/all_reduce_perf_mpi" -b 8 -e 64K -f 8 -c 1
+    expect_ok launch_mpi --coll all_reduce --nranks 2
+  else notok launch_mpi "$TMP/mpicc.out"; fi
+else
+  ok launch_mpi "SKIP Open MPI (mpicc, mpirun) not installed"
+fi
+
+if [ "$(id -u)" -ne 0 ]; then ok launch_testbed "SKIP the testbed needs root"
+elif ! ip netns list > /dev/null 2>&1; then ok launch_testbed "SKIP no network namespaces here"
+elif [ ! -f tests/testbed/testbed.py ] && [ ! -f "$B/share/mend/testbed.py" ]; then ok launch_testbed "SKIP testbed.py missing"
+else
+  run launch_testbed "$RUN" -np 4 --hosts 2 --rails 2 --rate 1gbit --counters --timeout "$T" \
+    "$B/bin/all_reduce_perf" -b 8 -e 1M -f 16 -c 1
+  expect_ok launch_testbed --coll all_reduce --nranks 4
+  if grep -q "^# host" "$TMP/launch_testbed.out" && grep -q "rail1" "$TMP/launch_testbed.out"; then ok testbed_counters
+  else notok testbed_counters "$TMP/launch_testbed.out"; fi
+fi
+
+# 7. mend-run itself: the worst exit code, timeouts, every rank started with its own RANK.
+run mendrun_ranks "$RUN" -np 3 --all-output sh -c 'echo "rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK id=$NCCL_COMM_ID"'
+if [ "$rc" -eq 0 ] && [ "$(grep -c 'rank=[0-2] of 3 local=[0-2] id=127.0.0.1:[0-9]' "$TMP/mendrun_ranks.out")" -eq 3 ] &&
+   [ "$(grep -o 'id=[0-9.:]*' "$TMP/mendrun_ranks.out" | sort -u | wc -l)" -eq 1 ]; then ok mendrun_ranks
+else notok mendrun_ranks "$TMP/mendrun_ranks.out"; fi
+run mendrun_exitcode "$RUN" -np 3 sh -c '[ "$RANK" = 2 ] && exit 7; exit 0'
+if [ "$rc" -eq 7 ] && grep -q "rank 2 exited with 7" "$TMP/mendrun_exitcode.out"; then ok mendrun_exitcode
+else notok mendrun_exitcode "$TMP/mendrun_exitcode.out"; fi
+run mendrun_timeout "$RUN" -np 2 --timeout 1 sleep 30
+if [ "$rc" -eq 124 ]; then ok mendrun_timeout; else notok mendrun_timeout "$TMP/mendrun_timeout.out"; fi
+run mendrun_failfast "$RUN" -np 2 --grace 1 sh -c '[ "$RANK" = 1 ] && exit 3; sleep 30'
+if [ "$rc" -eq 3 ]; then ok mendrun_failfast; else notok mendrun_failfast "$TMP/mendrun_failfast.out"; fi
+
+exit $((fails > 0))
