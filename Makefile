@@ -28,6 +28,8 @@ TOOL_PY  := $(wildcard src/tools/*.py)
 TOOLS    := $(TOOL_C:src/tools/%.c=$(BUILDDIR)/bin/%) $(TOOL_PY:src/tools/%.py=$(BUILDDIR)/bin/%)
 BENCH_COMMON := $(wildcard benchmarks/common/*.c)
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(BUILDDIR)/obj/%.o)
+# Shared by every perf tool: keep them (make would delete them as intermediates).
+.SECONDARY: $(BENCH_COMMON_OBJ)
 BENCH_C  := $(wildcard benchmarks/*.c)
 BENCHES  := $(BENCH_C:benchmarks/%.c=$(BUILDDIR)/bin/%)
 SHARE    := $(BUILDDIR)/share/mend/testbed.py
