@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Every rail carries its share of a large AllReduce, data goes over the rails and bootstrap over
+# management. all_reduce_perf (64 MiB, -c 1: every element checked) runs on 2 hosts x 2 rails
+# (2 ranks per host), 2 hosts x 4 rails and 3 hosts x 3 rails (1 rank per host), every NIC at
+# 1gbit; the per-NIC byte counters of the job must show, on every host:
+#  - each rail's tx and rx within 20% of the even split (the mean over that host's rails);
+#  - the rails together sending at least the AllReduce lower bound, 2 S (H-1)/H bytes per call
+#    (S bytes, H hosts; intra-host traffic is free), for the calls the tool makes;
+#  - management traffic present (bootstrap) but under 1% of the rail traffic.
+# Then nothing is left behind: no namespace, no testbed link in the root namespace, no rank.
+# Exit: 0 pass, 1 fail, 77 skip (not root / no network namespaces).
+set -u
+HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/testlib.sh"
+tb_require
+
+B="$(cd "${MEND_BUILDDIR:-${BUILDDIR:-$HERE/../../build}}" 2>/dev/null && pwd)"
+PROG="$B/bin/all_reduce_perf"
+if [ ! -x "$PROG" ]; then echo "not ok all_reduce_perf built ($PROG missing)"; exit 1; fi
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+NAME="mtr$$"
+LETTERS="a b c"   # testbed k is $NAME plus letter k
+for l in $LETTERS; do tb_track "$NAME$l"; done
+cd "$HERE" || exit 1
+timeout -k 5 150 python3 - "$NAME" "$PROG" <<'EOF'
+import os, re, subprocess, sys, time
+from testbed import Testbed
+
+name, prog = sys.argv[1], sys.argv[2]
+CONFIGS = [(2, 2, 2), (2, 4, 1), (3, 3, 1)]   # hosts, rails, ranks per host
+SIZE, ITERS, WARMUP = 64 << 20, 3, 1
+SHARE_TOL, MGMT_MAX = 0.20, 0.01
+fails = []
+
+def check(ok, what, detail=""):
+    print(("ok " if ok else "not ok ") + what + ("" if ok or not detail else ": " + detail), flush=True)
+    if not ok:
+        fails.append(what)
+
+TB_LINK = re.compile(r"^(rail\d+|mgmt\d+|h\d+r\d+|h\d+m|br-rail\d+|br-mgmt)$")
+
+def root_links():
+    """Links in the root namespace named like testbed links (all are made inside namespaces)."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    names = {l.split(":")[1].strip().split("@")[0] for l in out.splitlines() if ":" in l}
+    return {n for n in names if TB_LINK.match(n)}
+
+def our_namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [l.split()[0] for l in out.splitlines() if l.startswith(name)]
+
+def our_processes():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = open("/proc/%s/environ" % pid, "rb").read()
+        except OSError:
+            continue
+        if re.search(rb"(^|\0)MEND_TESTBED=" + re.escape(name.encode()) + rb"[a-z]\0", env):
+            found.append(int(pid))
+    return found
+
+def spread(values):
+    mean = sum(values) / len(values)
+    return max(abs(v - mean) / mean for v in values) if mean > 0 else float("inf")
+
+links_before = root_links()
+for k, (hosts, rails, ppn) in enumerate(CONFIGS):
+    tag = "h%dx%d_r%d" % (hosts, ppn, rails)
+    t0 = time.monotonic()
+    with Testbed(hosts, rails, rate="1gbit", prefix=name + chr(97 + k)) as tb:
+        before = tb.nic_counters()
+        res = tb.launch([prog, "-b", str(SIZE), "-e", str(SIZE), "-c", "1", "-n", str(ITERS),
+                         "-w", str(WARMUP)], ranks_per_host=ppn, timeout=120)
+        after = tb.nic_counters()
+    out0 = next((r.output or "" for r in res.ranks if r.rank == 0), "")
+    check(res.ok and "# Out of bounds values : 0 OK" in out0,
+          "rails_%s_allreduce_64MiB_correct (%.1f s)" % (tag, res.elapsed),
+          "codes %s, reason %s; rank 0 said: %s" % (res.codes, res.reason, " | ".join(out0.splitlines()[-6:])))
+    d = {key: (after[key][0] - before[key][0], after[key][1] - before[key][1]) for key in after}
+    # Calls: warm-up + timed iterations, out of place and in place, plus at least one checked call.
+    calls = 2 * (WARMUP + ITERS) + 1
+    bound = calls * 2 * SIZE * (hosts - 1) / hosts
+    for h in range(hosts):
+        tx = [d[(h, "rail%d" % r)][0] for r in range(rails)]
+        rx = [d[(h, "rail%d" % r)][1] for r in range(rails)]
+        mg = d[(h, "mgmt0")]
+        check(spread(tx) <= SHARE_TOL and spread(rx) <= SHARE_TOL,
+              "rails_%s_h%d_even_split (worst %.1f%% off)" % (tag, h, 100 * max(spread(tx), spread(rx))),
+              "tx %s rx %s" % (tx, rx))
+        check(sum(tx) >= bound and sum(rx) >= bound,
+              "rails_%s_h%d_data_on_rails (%.0f MB >= %.0f MB)" % (tag, h, min(sum(tx), sum(rx)) / 1e6, bound / 1e6),
+              "tx %s rx %s" % (tx, rx))
+        check(0 < mg[0] + mg[1] < MGMT_MAX * (sum(tx) + sum(rx)),
+              "rails_%s_h%d_bootstrap_on_mgmt (%d B mgmt)" % (tag, h, mg[0] + mg[1]),
+              "mgmt tx %d rx %d, rails %d" % (mg[0], mg[1], sum(tx) + sum(rx)))
+    print("# %s: %.1f s with setup and teardown" % (tag, time.monotonic() - t0), flush=True)
+
+time.sleep(0.2)
+left_ns, left_procs = our_namespaces(), our_processes()
+new_links = sorted(root_links() - links_before)
+check(not left_ns and not left_procs, "rails_nothing_left_behind",
+      "namespaces %s, processes %s" % (left_ns, left_procs))
+check(not new_links, "rails_no_link_left_in_root_namespace", "new links %s" % new_links)
+print("%d checks failed" % len(fails))
+sys.exit(1 if fails else 0)
+EOF
+rc=$?
+for l in $LETTERS; do tb_assert_gone "$NAME$l" > /dev/null || rc=1; done
+tb_result "$rc"
