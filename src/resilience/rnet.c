@@ -4,12 +4,15 @@
  */
 #include "resilience/rnet_priv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checks.h"
+#include "comm.h"
 #include "misc/param.h"
 #include "misc/utils.h"
+#include "resilience/detect.h"
 
 static _Atomic(const mendNet_t*) baseNet;  /* for init/devices/getProperties (no context there) */
 
@@ -44,7 +47,12 @@ ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct nccl
   }
   pthread_mutex_init(&ctx->lock, NULL);
   ctx->nextConnId = mendHashCombine(mendPidHash(), mendTimeNs()) | 1;
+  if (comm) {
+    ctx->rank = comm->rank;
+    ctx->resil = comm->resil;
+  }
   atomic_store(&baseNet, base);
+  mendRnetCtxRegister(ctx);
   *out = ctx;
   return ncclSuccess;
 }
@@ -67,6 +75,7 @@ static ncclResult_t rnetFinalize(void* vctx) {
   struct rnetCtx* ctx = vctx;
   if (!ctx) return ncclSuccess;
   if (ctx->comms) WARN("NET/Resilient: finalize with connections still open");
+  mendRnetCtxUnregister(ctx);
   if (ctx->ownBaseCtx) ctx->base->finalize(ctx->baseCtx);
   pthread_mutex_destroy(&ctx->lock);
   free(ctx);
@@ -101,6 +110,26 @@ static ncclResult_t rnetGetProperties(int dev, struct mendNetProperties* props) 
 
 /* ---------------------------------------------------------------- registrations */
 
+/* Register mr's range on path p's data comm (the only comm that moves user buffers). */
+static ncclResult_t regOnPath(struct rnetComm* rc, struct rnetMr* mr, int p) {
+  struct rnetPath* path = rc->paths + p;
+  if (!path->data || mr->base[p]) return ncclSuccess;
+  ncclResult_t res = rc->base->regMr(path->data, mr->data, mr->size, mr->type, &mr->base[p]);
+  if (res != ncclSuccess) {
+    WARN("NET/Resilient: cannot register %zu bytes on path %d (device %d): error %d", mr->size, p, path->localDev, res);
+    mr->base[p] = NULL;
+  }
+  return res;
+}
+
+ncclResult_t mendRnetPathRegister(struct rnetComm* rc, int p) {
+  struct rnetPath* path = rc->paths + p;
+  if (path->data) MENDCHECK(mendRnetRegArea(rc, path->data, &path->dataArea));
+  if (path->ctrl) MENDCHECK(mendRnetRegArea(rc, path->ctrl, &path->ctrlArea));
+  for (struct rnetMr* mr = rc->mrs; mr; mr = mr->next) MENDCHECK(regOnPath(rc, mr, p));
+  return ncclSuccess;
+}
+
 static ncclResult_t rnetRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   struct rnetComm* rc = comm;
   MENDARGCHECK(rc != NULL && mhandle != NULL, ncclInvalidArgument, "NET/Resilient: regMr: comm or mhandle is NULL");
@@ -110,22 +139,26 @@ static ncclResult_t rnetRegMr(void* comm, void* data, size_t size, int type, voi
   MENDCHECK(MENDCALLOC(mr, 1));
   mr->magic = RNET_MR_MAGIC;
   mr->type = type;
-  for (int p = 0; p < rc->nPaths; p++) {
-    struct rnetPath* path = rc->paths + p;
-    if (path->state == RNET_PATH_DEAD || !path->data) continue;
-    ncclResult_t res = rc->base->regMr(path->data, data, size, type, &mr->base[p]);
-    if (res != ncclSuccess) {
-      WARN("NET/Resilient: cannot register %zu bytes on path %d (device %d): error %d", size, p, path->localDev, res);
-      for (int q = 0; q < p; q++)
-        if (mr->base[q]) rc->base->deregMr(rc->paths[q].data, mr->base[q]);
-      free(mr);
-      return res;
-    }
+  mr->data = data;
+  mr->size = size;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&rc->lock);
+  /* Every NIC at once, so a failover never has to register anything. */
+  for (int p = 0; p < rc->nPaths && res == ncclSuccess; p++) {
+    int st = atomic_load(&rc->paths[p].state);
+    if (st == RNET_PATH_IDLE || st == RNET_PATH_ACTIVE) res = regOnPath(rc, mr, p);
   }
-  mr->next = rc->mrs;
-  rc->mrs = mr;
-  *mhandle = mr;
-  return ncclSuccess;
+  if (res != ncclSuccess) {
+    for (int q = 0; q < rc->nPaths; q++)
+      if (mr->base[q]) rc->base->deregMr(rc->paths[q].data, mr->base[q]);
+    free(mr);
+  } else {
+    mr->next = rc->mrs;
+    rc->mrs = mr;
+    *mhandle = mr;
+  }
+  pthread_mutex_unlock(&rc->lock);
+  return res;
 }
 
 static ncclResult_t rnetDeregMr(void* comm, void* mhandle) {
@@ -134,6 +167,7 @@ static ncclResult_t rnetDeregMr(void* comm, void* mhandle) {
   if (!mr) return ncclSuccess;
   MENDARGCHECK(rc != NULL && mr->magic == RNET_MR_MAGIC, ncclInvalidArgument,
                "NET/Resilient: deregMr: %p is not a live registration", mhandle);
+  pthread_mutex_lock(&rc->lock);
   for (struct rnetMr** pp = &rc->mrs; *pp; pp = &(*pp)->next) {
     if (*pp == mr) {
       *pp = mr->next;
@@ -144,6 +178,7 @@ static ncclResult_t rnetDeregMr(void* comm, void* mhandle) {
     if (mr->base[p] && rc->paths[p].data) rc->base->deregMr(rc->paths[p].data, mr->base[p]);
   mr->magic = 0;
   free(mr);
+  pthread_mutex_unlock(&rc->lock);
   return ncclSuccess;
 }
 
@@ -176,13 +211,46 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
     }
     if (m.value > rc->nDone) rc->nDone = m.value;
     rc->lastProgressMs = mendTimeMs();
-    if (rc->waitResume) {
-      /* The receiver's first word on this path: it placed m.value messages; replay from there. */
-      rc->waitResume = 0;
-      rc->nIssued = rc->nBaseDone = rc->nDone;
-      INFO(MEND_RESIL, "NET/Resilient: conn %llx resumes on path %d (device %d) at message %llu",
-           (unsigned long long)rc->connId, p, path->localDev, (unsigned long long)rc->nDone);
+  }
+  return ncclSuccess;
+}
+
+/* Sender: keep one receive posted on the ctrl comm of every idle path, where a RESUME would come
+ * when the receiver moves there; take it when it does.  Returns with *moved set after a switch. */
+static ncclResult_t watchIdle(struct rnetComm* rc, int* moved) {
+  *moved = 0;
+  for (int p = 0; p < rc->nPaths; p++) {
+    struct rnetPath* path = rc->paths + p;
+    if (atomic_load(&path->state) != RNET_PATH_IDLE || !path->ctrl) continue;
+    if (!path->watchReq) {
+      void* data = rc->area->watch + p;
+      size_t size = sizeof(struct rnetCtrl);
+      int tag = 0;
+      ncclResult_t res = rc->base->irecv(path->ctrl, 1, &data, &size, &tag, &path->ctrlArea, &path->watchReq);
+      if (res != ncclSuccess) {
+        MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, "posting its control receive failed"));
+        continue;
+      }
+      if (!path->watchReq) continue;
     }
+    int done = 0, size = 0;
+    ncclResult_t res = rc->base->test(path->watchReq, &done, &size);
+    if (res != ncclSuccess) {
+      MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, "its control receive failed"));
+      continue;
+    }
+    if (!done) continue;
+    path->watchReq = NULL;
+    struct rnetCtrl m = rc->area->watch[p];
+    if (size != (int)sizeof(m) || m.magic != RNET_MAGIC || m.type != RNET_CTRL_RESUME) {
+      WARN("NET/Resilient: conn %llx: unexpected control message on idle path %d (size %d, type %u)",
+           (unsigned long long)rc->connId, p, size, m.type);
+      MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, "it carried a stray control message"));
+      continue;
+    }
+    MENDCHECK(mendRnetTakeResume(rc, p, &m));
+    *moved = 1;
+    return ncclSuccess;  /* the active path changed: the caller starts over */
   }
   return ncclSuccess;
 }
@@ -254,7 +322,9 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
   if ((rc->sendResume || rc->nDone > rc->ctrlSent) && rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
     int k = (int)(rc->ctrlPosted % RNET_NCTRL);
     struct rnetCtrl* m = rc->area->ctrl + k;
-    *m = (struct rnetCtrl){ .magic = RNET_MAGIC, .type = rc->sendResume ? RNET_CTRL_RESUME : RNET_CTRL_ACK, .value = rc->nDone };
+    *m = (struct rnetCtrl){ .magic = RNET_MAGIC, .type = rc->sendResume ? RNET_CTRL_RESUME : RNET_CTRL_ACK,
+                            .epoch = rc->epoch, .value = rc->nDone };
+    int wasResume = rc->sendResume;
     void* req = NULL;
     MENDCHECK(rc->base->isend(path->ctrl, m, sizeof(*m), 0, path->ctrlArea, &req));
     if (req) {
@@ -262,6 +332,11 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
       rc->ctrlPosted++;
       rc->ctrlSent = rc->nDone;
       rc->sendResume = 0;
+      if (wasResume) {
+        char extra[48];
+        snprintf(extra, sizeof(extra), "msg=%llu", (unsigned long long)rc->nDone);
+        mendRnetEvent("resume", rc, rc->active, "none", extra);
+      }
       /* Push it out now: the user may not call us again until the sender has what it waits for. */
       MENDCHECK(reapCtrl(rc));
     }
@@ -271,15 +346,22 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
 
 ncclResult_t mendRnetProgress(struct rnetComm* rc) {
   if (rc->error != ncclSuccess) return rc->error;
-  MENDCHECK(mendRnetApplyKills(rc));
+  MENDCHECK(mendRnetApplyNotices(rc));
+  MENDCHECK(mendRnetRebuildProgress(rc));
   /* A failure moves us to the next path, which may fail at once too: walk the chain here. */
-  for (int tries = 0; tries <= rc->nPaths && rc->active >= 0; tries++) {
+  for (int tries = 0; tries <= rc->nPaths + 1 && rc->error == ncclSuccess; tries++) {
+    if (rc->isSend) {
+      int moved = 0;
+      MENDCHECK(watchIdle(rc, &moved));
+      if (moved) continue;
+    }
     int p = rc->active;
+    if (p < 0) break;  /* sender waiting for a RESUME */
     ncclResult_t res = rc->isSend ? sendPath(rc, p) : recvPath(rc, p);
-    if (res == ncclSuccess) return ncclSuccess;
-    MENDCHECK(mendRnetFailPath(rc, p, res, "a request on it failed"));
+    if (res == ncclSuccess) break;
+    MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, NULL));
   }
-  return rc->error != ncclSuccess ? rc->error : ncclSuccess;
+  return rc->error;
 }
 
 static ncclResult_t rnetIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
@@ -289,14 +371,18 @@ static ncclResult_t rnetIsend(void* sendComm, void* data, size_t size, int tag, 
                "NET/Resilient: isend: %p is not a registration of this Net", mhandle);
   (void)tag;
   *request = NULL;
-  MENDCHECK(mendRnetProgress(rc));
+  pthread_mutex_lock(&rc->lock);
+  ncclResult_t res = mendRnetProgress(rc);
   struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
-  if (rc->nPosted - rc->nDone >= RNET_WINDOW || r->used || r->base) return ncclSuccess;  /* full: try later */
-  *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mhandle };
-  rc->nPosted++;
-  if (rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();  /* the clock starts with the first unacked */
-  *request = r;
-  return mendRnetProgress(rc);
+  if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
+    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mhandle };
+    rc->nPosted++;
+    if (rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();  /* the clock starts with the first unacked */
+    *request = r;
+    res = mendRnetProgress(rc);
+  }
+  pthread_mutex_unlock(&rc->lock);
+  return res;
 }
 
 static ncclResult_t rnetIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
@@ -309,13 +395,17 @@ static ncclResult_t rnetIrecv(void* recvComm, int n, void** data, size_t* sizes,
                "NET/Resilient: irecv: %p is not a registration of this Net", mh);
   (void)tags;
   *request = NULL;
-  MENDCHECK(mendRnetProgress(rc));
+  pthread_mutex_lock(&rc->lock);
+  ncclResult_t res = mendRnetProgress(rc);
   struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
-  if (rc->nPosted - rc->nDone >= RNET_WINDOW || r->used || r->base) return ncclSuccess;
-  *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data[0], .size = sizes[0], .mr = mh };
-  rc->nPosted++;
-  *request = r;
-  return mendRnetProgress(rc);
+  if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
+    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data[0], .size = sizes[0], .mr = mh };
+    rc->nPosted++;
+    *request = r;
+    res = mendRnetProgress(rc);
+  }
+  pthread_mutex_unlock(&rc->lock);
+  return res;
 }
 
 static ncclResult_t rnetTest(void* request, int* done, int* sizes) {
@@ -323,12 +413,15 @@ static ncclResult_t rnetTest(void* request, int* done, int* sizes) {
   MENDARGCHECK(r != NULL && done != NULL && r->used && r->comm, ncclInvalidArgument, "NET/Resilient: test: bad request %p", request);
   struct rnetComm* rc = r->comm;
   *done = 0;
-  MENDCHECK(mendRnetProgress(rc));
-  if (r->seq >= rc->nDone) return ncclSuccess;
-  *done = 1;
-  if (sizes) sizes[0] = rc->isSend ? (int)r->size : r->got;
-  r->used = 0;
-  return ncclSuccess;
+  pthread_mutex_lock(&rc->lock);
+  ncclResult_t res = mendRnetProgress(rc);
+  if (res == ncclSuccess && r->seq < rc->nDone) {
+    *done = 1;
+    if (sizes) sizes[0] = rc->isSend ? (int)r->size : r->got;
+    r->used = 0;
+  }
+  pthread_mutex_unlock(&rc->lock);
+  return res;
 }
 
 /* Host memory only (what the socket Net carries): receives are visible once placed. */
@@ -343,14 +436,18 @@ ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st) {
   struct rnetComm* rc = netComm;
   MENDARGCHECK(rc != NULL && st != NULL, ncclInvalidArgument, "NET/Resilient: stats: NULL argument");
   memset(st, 0, sizeof(*st));
+  pthread_mutex_lock(&rc->lock);
   st->nPaths = rc->nPaths;
   st->active = rc->active;
   st->failovers = rc->failovers;
+  st->failbacks = rc->failbacks;
+  st->rebuilds = rc->rebuilds;
   for (int p = 0; p < rc->nPaths; p++) {
-    st->dead += rc->paths[p].state == RNET_PATH_DEAD;
+    st->dead += !mendRnetPathLive(rc, p);
     st->msgs[p] = rc->paths[p].msgs;
     st->localDev[p] = rc->paths[p].localDev;
   }
+  pthread_mutex_unlock(&rc->lock);
   return ncclSuccess;
 }
 

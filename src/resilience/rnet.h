@@ -27,18 +27,15 @@ extern const mendNet_t mendNetResilient;
 void mendRnetSetBase(const mendNet_t* base);
 
 struct ncclComm;
-/* A context over an already initialised base (baseCtx stays the caller's).  With comm set, failure
- * notices go to the peer over the bootstrap and the peer's notices are applied. */
+/* A context over an already initialised base (baseCtx stays the caller's).  With comm set (and its
+ * resilience service in comm->resil), notices reach peers in other processes over the bootstrap,
+ * and the service watches links, probes and fails back. */
 ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct ncclComm* comm, void** ctx);
 
 /* Is resilience on for this communicator?  MEND_RESILIENCE: 1 on, 0 off, -2 auto (on when the most
  * NICs any rank has is 2 or more, the same answer on every rank). */
 int mendRnetEnabled(int nNicsMax);
 
-/* Per-communicator use by the net transport: the first call makes the context (over base/baseCtx),
- * later calls share it; each call takes a reference that mendRnetRelease drops. */
-ncclResult_t mendRnetAttach(struct ncclComm* comm, const mendNet_t* base, void* baseCtx, void** ctx);
-void mendRnetRelease(struct ncclComm* comm);
 
 /* Observability and tests. */
 struct mendRnetStats {
@@ -46,10 +43,15 @@ struct mendRnetStats {
   int active;                              /* path carrying traffic (-1: none left) */
   int dead;                                /* dead paths */
   uint64_t failovers;                      /* paths failed under this connection */
+  uint64_t failbacks;                      /* planned returns to a rebuilt preferred path */
+  uint64_t rebuilds;                       /* dead paths made backups again */
   uint64_t msgs[MEND_RNET_MAX_PATHS];      /* messages carried per path */
   int localDev[MEND_RNET_MAX_PATHS];       /* local device of each path */
 };
 ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st);
+/* Ask a sending connection to rebuild its dead path p now, as its resilience service does once the
+ * path's NICs probe healthy for MEND_FAILBACK_DELAY (any thread; applied by the next progress call). */
+ncclResult_t mendRnetRebuildPath(void* sendComm, int p);
 /* Declare path p of a connection failed, as if its NIC had died (any thread; applied by the next
  * progress call of the owner). */
 ncclResult_t mendRnetKillPath(void* netComm, int p);

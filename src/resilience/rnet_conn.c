@@ -19,6 +19,7 @@
 #include "checks.h"
 #include "misc/utils.h"
 #include "resilience/detect.h"
+#include "resilience/resil.h"
 
 struct rnetListen {
   struct rnetCtx* ctx;                                         /* owner */
@@ -100,6 +101,9 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   rc->base = ctx->base;
   rc->peerRank = -1;
   rc->active = 0;
+  rc->lastKilled = -1;
+  pthread_mutex_init(&rc->lock, NULL);
+  pthread_mutex_init(&rc->inboxLock, NULL);
   pthread_mutex_lock(&ctx->lock);
   rc->connId = ctx->nextConnId++;
   pthread_mutex_unlock(&ctx->lock);
@@ -131,13 +135,12 @@ static ncclResult_t planPaths(struct rnetComm* rc, int myPrimary, int myDevs, ui
     path->remoteDev = (peer->primary + i) % peer->nDevs;
     memcpy(path->handle, peer->handles[path->remoteDev], MEND_NET_HANDLE_MAXSIZE);
     int usable = ((peer->validMask >> path->remoteDev) & 1) && ((myMask >> path->localDev) & 1);
-    path->state = usable ? RNET_PATH_CONNECTING : RNET_PATH_DEAD;
+    atomic_store(&path->state, usable ? RNET_PATH_CONNECTING : RNET_PATH_DEAD);
   }
   return ncclSuccess;
 }
 
-/* Register the area on a freshly connected comm. */
-static ncclResult_t regArea(struct rnetComm* rc, void* comm, void** mh) {
+ncclResult_t mendRnetRegArea(struct rnetComm* rc, void* comm, void** mh) {
   if (*mh) return ncclSuccess;
   ncclResult_t res = rc->base->regMr(comm, rc->area, sizeof(*rc->area), MEND_PTR_HOST, mh);
   if (res != ncclSuccess) WARN("NET/Resilient: cannot register control buffers (error %d)", res);
@@ -161,15 +164,19 @@ static ncclResult_t connectBackups(struct rnetComm* rc, void** listens, int* lef
   struct rnetCtx* ctx = rc->ctx;
   for (int i = 0; i < rc->nPaths; i++) {
     struct rnetPath* path = rc->paths + i;
-    if (path->state != RNET_PATH_CONNECTING) continue;
+    if (atomic_load(&path->state) != RNET_PATH_CONNECTING) continue;
     void** out = rc->isSend ? &path->data : &path->ctrl;   /* what we connect */
     void** in = rc->isSend ? &path->ctrl : &path->data;    /* what we accept */
     if (!*out && (i > 0 || !rc->isSend)) MENDCHECK(ctx->base->connect(ctx->baseCtx, path->localDev, path->handle, out));
     if (!*in && i > 0) MENDCHECK(ctx->base->accept(listens[path->localDev], in));
-    if (path->data) MENDCHECK(regArea(rc, path->data, &path->dataArea));
-    if (path->ctrl) MENDCHECK(regArea(rc, path->ctrl, &path->ctrlArea));
-    if (path->data && path->ctrl) path->state = i == 0 ? RNET_PATH_ACTIVE : RNET_PATH_IDLE;
-    else (*left)++;
+    if (path->data) MENDCHECK(mendRnetRegArea(rc, path->data, &path->dataArea));
+    if (path->ctrl) MENDCHECK(mendRnetRegArea(rc, path->ctrl, &path->ctrlArea));
+    if (path->data && path->ctrl) {
+      atomic_store(&path->state, i == 0 ? RNET_PATH_ACTIVE : RNET_PATH_IDLE);
+      path->confirmed = 1;  /* set-up finishes every path on both ends before either end uses it */
+    } else {
+      (*left)++;
+    }
   }
   return ncclSuccess;
 }
@@ -179,13 +186,13 @@ static void logReady(struct rnetComm* rc) {
   size_t off = 0;
   for (int i = 0; i < rc->nPaths && off + 8 < sizeof(chain); i++)
     off += (size_t)snprintf(chain + off, sizeof(chain) - off, "%s%d%s", i ? "," : "", rc->paths[i].localDev,
-                            rc->paths[i].state == RNET_PATH_DEAD ? "(dead)" : "");
+                            mendRnetPathLive(rc, i) ? "" : "(dead)");
   INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: %s conn %llx with rank %d ready, devices %s", rc->isSend ? "send" : "recv",
        (unsigned long long)rc->connId, rc->peerRank, chain);
 }
 
 static ncclResult_t finishSetup(struct rnetComm* rc) {
-  if (rc->paths[0].state != RNET_PATH_ACTIVE) {
+  if (atomic_load(&rc->paths[0].state) != RNET_PATH_ACTIVE) {
     WARN("NET/Resilient: the primary path of conn %llx is not usable", (unsigned long long)rc->connId);
     return ncclSystemError;
   }
@@ -193,7 +200,6 @@ static ncclResult_t finishSetup(struct rnetComm* rc) {
   rc->active = 0;
   rc->lastProgressMs = mendTimeMs();
   mendRnetCtxAdd(rc->ctx, rc);
-  mendRnetDetectAdd(rc);
   logReady(rc);
   return ncclSuccess;
 }
@@ -213,14 +219,14 @@ static ncclResult_t sendSetup(struct rnetComm* rc, struct rnetHandle* h) {
     if (!p0->data) {
       MENDCHECK(ctx->base->connect(ctx->baseCtx, p0->localDev, p0->handle, &p0->data));
       if (!p0->data) return ncclSuccess;
-      MENDCHECK(regArea(rc, p0->data, &p0->dataArea));
+      MENDCHECK(mendRnetRegArea(rc, p0->data, &p0->dataArea));
       MENDCHECK(rc->base->isend(p0->data, &rc->area->mine, sizeof(rc->area->mine), 0, p0->dataArea, &rc->hsReq[0]));
       if (!rc->hsReq[0]) return ncclInternalError;
     }
     if (!p0->ctrl) {
       MENDCHECK(ctx->base->accept(rc->listens[p0->localDev], &p0->ctrl));
       if (!p0->ctrl) return ncclSuccess;
-      MENDCHECK(regArea(rc, p0->ctrl, &p0->ctrlArea));
+      MENDCHECK(mendRnetRegArea(rc, p0->ctrl, &p0->ctrlArea));
       void* data = &rc->area->peer;
       size_t size = sizeof(rc->area->peer);
       int tag = 0;
@@ -263,7 +269,6 @@ ncclResult_t mendRnetConnect(void* vctx, int dev, void* handle, void** sendComm)
       h->stage = NULL;
       return res;
     }
-    mendRnetDetectFillHello(ctx, &rc->area->mine);
     h->stage = rc;
   }
   ncclResult_t res = sendSetup(rc, h);
@@ -294,7 +299,7 @@ static ncclResult_t recvSetup(struct rnetComm* rc, struct rnetListen* lc) {
     if (!p0->data) {
       MENDCHECK(ctx->base->accept(lc->listens[lc->dev], &p0->data));
       if (!p0->data) return ncclSuccess;
-      MENDCHECK(regArea(rc, p0->data, &p0->dataArea));
+      MENDCHECK(mendRnetRegArea(rc, p0->data, &p0->dataArea));
       void* data = &rc->area->peer;
       size_t size = sizeof(rc->area->peer);
       int tag = 0;
@@ -333,7 +338,6 @@ ncclResult_t mendRnetAccept(void* listenComm, void** recvComm) {
       memcpy(me->handles[d], lc->handles[d], MEND_NET_HANDLE_MAXSIZE);
       if (lc->listens[d]) me->validMask |= 1u << d;
     }
-    mendRnetDetectFillHello(lc->ctx, me);
   }
   struct rnetComm* rc = lc->rc;
   ncclResult_t res = recvSetup(rc, lc);
@@ -383,11 +387,15 @@ void mendRnetPathClose(struct rnetComm* rc, int p) {
 
 static ncclResult_t closeComm(struct rnetComm* rc) {
   if (!rc) return ncclSuccess;
-  if (rc->stage == RNET_STAGE_READY) {
-    mendRnetDetectRemove(rc);
-    mendRnetCtxRemove(rc->ctx, rc);
+  if (rc->stage == RNET_STAGE_READY) mendRnetCtxRemove(rc->ctx, rc);
+  /* The service may be progressing us (it holds our lock): wait for it; it cannot find us again. */
+  pthread_mutex_lock(&rc->lock);
+  pthread_mutex_unlock(&rc->lock);
+  if (rc->ctx->resil) mendResilForget(rc->ctx->resil, rc);
+  for (int p = 0; p < rc->nPaths; p++) {
+    mendRnetRebuildAbort(rc, p);
+    mendRnetPathClose(rc, p);
   }
-  for (int p = 0; p < rc->nPaths; p++) mendRnetPathClose(rc, p);
   for (int d = 0; d < MEND_RNET_MAX_PATHS; d++)
     if (rc->isSend && rc->listens[d]) rc->base->closeListen(rc->listens[d]);
   while (rc->mrs) {
@@ -396,7 +404,9 @@ static ncclResult_t closeComm(struct rnetComm* rc) {
     mr->magic = 0;
     free(mr);
   }
-  mendRnetDetectCommFree(rc);
+  mendRnetDropNotices(rc);
+  pthread_mutex_destroy(&rc->lock);
+  pthread_mutex_destroy(&rc->inboxLock);
   free(rc->area);
   free(rc);
   return ncclSuccess;

@@ -5,6 +5,12 @@
  *   posting order on both ends (no sequence header on the wire: a path's stream starts at the
  *   receiver's RESUME value), the receiver acknowledges the count of messages it fully placed, and
  *   the sender reports an isend done only once it is acknowledged.
+ *
+ *   The RECEIVER decides which path carries the traffic: after any fence it picks the first live
+ *   path of the chain and sends RESUME there; the sender keeps a receive posted on the ctrl comm of
+ *   every live path and follows the newest RESUME.  So the two ends never have to agree by rule, a
+ *   failure seen only by the sender reaches the receiver as a notice (rnet_notice.c), and fail-back
+ *   is a planned fence of the backup followed by a RESUME on the rebuilt primary (rnet_rebuild.c).
  */
 #ifndef MEND_RESILIENCE_RNET_PRIV_H_
 #define MEND_RESILIENCE_RNET_PRIV_H_
@@ -52,29 +58,70 @@ enum rnetCtrlType {
   RNET_CTRL_RESUME = 2  /* the first message of the receiver on a path: same value, replay starts there */
 };
 
-/* A control message, receiver -> sender on the ctrl comm of the active path. */
+/* A control message, receiver -> sender on the ctrl comm of the active path (16 bytes). */
 struct rnetCtrl {
   uint32_t magic;  /* RNET_MAGIC */
-  uint32_t type;   /* enum rnetCtrlType */
+  uint16_t type;   /* enum rnetCtrlType */
+  uint16_t epoch;  /* the receiver's switch count: a RESUME older than the last one taken is stale */
   uint64_t value;  /* messages fully placed by the receiver */
 };
 
 /* Buffers of one comm that the base moves (registered on the paths' comms). */
 struct rnetArea {
-  struct rnetHello mine;              /* our hello */
-  struct rnetHello peer;              /* the peer's hello */
-  struct rnetCtrl ctrl[RNET_NCTRL];   /* control messages in flight (ring) */
+  struct rnetHello mine;                       /* our hello */
+  struct rnetHello peer;                       /* the peer's hello */
+  struct rnetCtrl ctrl[RNET_NCTRL];            /* control messages in flight on the active path (ring) */
+  struct rnetCtrl watch[MEND_RNET_MAX_PATHS];  /* sender: the one receive posted on each idle path */
 };
 
 enum rnetPathState {
   RNET_PATH_CONNECTING = 0, /* handshake not finished */
   RNET_PATH_IDLE,           /* connected, standing by (a backup) */
   RNET_PATH_ACTIVE,         /* carrying the traffic */
-  RNET_PATH_DEAD            /* fenced: its comms are closed, it can never write again */
+  RNET_PATH_DEAD,           /* fenced: its comms are closed, it can never write again */
+  RNET_PATH_REBUILDING,     /* dead, new base comms being connected (rnet_rebuild.c) */
+  RNET_PATH_CONFIRMING      /* receiver: rebuilt on our side, waiting for the sender's REBUILT */
+};
+
+/* Steps of a path rebuild (each end runs its own half). */
+enum rnetRebuildStage {
+  RNET_RB_NONE = 0,   /* not rebuilding */
+  RNET_RB_ASKED,      /* sender: REBUILD sent with our ctrl listen handle, waiting for REBUILD_ACK */
+  RNET_RB_CONNECT,    /* both: connecting/accepting the new data and ctrl comms */
+  RNET_RB_CONFIRM     /* receiver: connected, waiting for the sender's REBUILT */
+};
+
+/* Notices: what one end (or a local detector) tells a connection from outside its own requests.
+ * Wire format over the bootstrap too (both ends run the same build). */
+enum rnetNoticeType {
+  RNET_NOTE_KILL = 1,         /* fence path `path` (cause: enum mendRnetKill) */
+  RNET_NOTE_REBUILD,          /* sender -> receiver: rebuild `path`; handle = sender's ctrl listen */
+  RNET_NOTE_REBUILD_ACK,      /* receiver -> sender: handle = receiver's data listen */
+  RNET_NOTE_REBUILT,          /* sender -> receiver: our side of `path` is connected and watching */
+  RNET_NOTE_REBUILD_FAIL,     /* either way: the rebuild of `path` is abandoned */
+  RNET_NOTE_REBUILD_START     /* local only (service thread): `path` probed healthy long enough */
+};
+
+struct rnetNotice {
+  uint32_t magic;                          /* RNET_MAGIC */
+  uint16_t type;                           /* enum rnetNoticeType */
+  uint16_t path;                           /* path index (the same on both ends) */
+  uint64_t connId;                         /* the connection it is for (the receiving end's id) */
+  int32_t cause;                           /* RNET_NOTE_KILL: enum mendRnetKill */
+  int32_t fromRank;                        /* rank that sent it (-1: unknown) */
+  uint32_t remote;                         /* 1: from the other end of the connection, 0: local */
+  uint32_t pad;                            /* keeps the handle aligned */
+  char handle[MEND_NET_HANDLE_MAXSIZE];    /* base listen handle (rebuild) */
+};
+
+/* A queued notice (inbox of a connection, in arrival order). */
+struct rnetNoticeItem {
+  struct rnetNotice n;          /* the notice */
+  struct rnetNoticeItem* next;  /* next in the inbox */
 };
 
 struct rnetPath {
-  int state;                              /* enum rnetPathState */
+  _Atomic int state;                      /* enum rnetPathState (read by the service thread) */
   int localDev;                           /* our base device */
   int remoteDev;                          /* the peer's base device */
   void* data;                             /* base sendComm (sender) or recvComm (receiver) of messages */
@@ -83,13 +130,23 @@ struct rnetPath {
   void* dataArea;                         /* registration of the area on `data` (hello) */
   void* ctrlArea;                         /* registration of the area on `ctrl` */
   int64_t deadSinceMs;                    /* when it was fenced (fail-back bookkeeping) */
-  _Atomic int killed;                     /* set by another thread (link down, OOB notice): fence it */
+  int deadCause;                          /* enum mendRnetKill that fenced it */
   uint64_t msgs;                          /* messages carried (statistics) */
+  void* watchReq;                         /* sender: receive posted on ctrl while the path is idle */
+  int confirmed;                          /* receiver: the sender's side is up (initial paths, REBUILT) */
+  int rbStage;                            /* enum rnetRebuildStage */
+  void* rbListen;                         /* base listen of our new comm during a rebuild */
+  int64_t rbDeadlineMs;                   /* a rebuild gives up after this */
+  int rbFailures;                         /* rebuilds that failed in a row (spaces out retries) */
+  _Atomic int64_t rbNotBeforeMs;          /* next rebuild attempt not before this (failures space them) */
+  _Atomic int rbPosted;                   /* the service asked for a rebuild; cleared when it ends */
 };
 
 struct rnetMr {
   uint32_t magic;                         /* RNET_MR_MAGIC while registered */
   int type;                               /* MEND_PTR_* */
+  void* data;                             /* registered range (re-registered on rebuilt paths) */
+  size_t size;
   void* base[MEND_RNET_MAX_PATHS];        /* base registration per path (NULL once the path is dead) */
   struct rnetMr* next;                    /* in the comm's list (dead paths deregister everything) */
 };
@@ -125,8 +182,11 @@ struct rnetComm {
   int64_t deadlineMs;                             /* handshake gives up after this */
   int nPaths;                                     /* paths (primary first, then the failover chain) */
   struct rnetPath paths[MEND_RNET_MAX_PATHS];     /* [0] primary */
-  int active;                                     /* path carrying traffic, -1 when none is left */
+  int active;                                     /* path carrying traffic; -1: none (sender: waiting for a RESUME) */
   int waitResume;                                 /* sender: hold traffic until the receiver's RESUME */
+  int64_t waitSinceMs;                            /* sender: waiting for a RESUME since */
+  int lastKilled;                                 /* sender: the path whose fence we await a RESUME for */
+  uint16_t epoch;                                 /* receiver: switches made; sender: newest RESUME taken */
   ncclResult_t error;                             /* set when no path is left: every call fails */
   struct rnetArea* area;                          /* hello and control buffers */
   void* hsReq[2];                                 /* handshake requests in flight: [0] our hello, [1] theirs */
@@ -143,14 +203,26 @@ struct rnetComm {
   int sendResume;                                 /* receiver: next control message is a RESUME */
   struct rnetMr* mrs;                             /* live registrations */
   int64_t lastProgressMs;                         /* sender: last acknowledgement (or start of waiting) */
-  int probing;                                    /* a probe of the active path is running */
-  struct rnetProbe* probe;                        /* that probe */
+  _Atomic int probeState;                         /* enum mendRnetProbeState of the progress probe */
+  uint32_t probeMask;                             /* paths the progress probe covers */
+  _Atomic uint32_t probeFailed;                   /* paths the progress probe found dead */
   uint64_t failovers;                             /* statistics */
+  uint64_t failbacks;                             /* statistics: planned switches to a rebuilt path */
+  uint64_t rebuilds;                              /* statistics: dead paths made backups again */
+  _Atomic int rebuilding;                         /* paths being rebuilt (the service progresses us) */
+  pthread_mutex_t inboxLock;                      /* protects the inbox */
+  struct rnetNoticeItem* inHead;                  /* notices not yet applied (oldest first) */
+  struct rnetNoticeItem* inTail;                  /* last one */
+  _Atomic int inboxCount;                         /* quick check without the lock */
+  pthread_mutex_t lock;                           /* one thread at a time: the proxy's calls or the service */
+  int64_t lastKillNoticeMs;                       /* sender: last re-sent KILL while waiting for a RESUME */
   struct rnetComm* next;                          /* in ctx's list of comms (OOB notices, link events) */
 };
 
+struct mendResil;
 struct rnetCtx {
   const mendNet_t* base;         /* the Net under us */
+  struct mendResil* resil;       /* the communicator's resilience service (NULL in unit tests) */
   void* baseCtx;                 /* its context */
   int ownBaseCtx;                /* we made baseCtx (init) and finalize it */
   int nDevs;                     /* base devices */
@@ -159,14 +231,21 @@ struct rnetCtx {
   pthread_mutex_t lock;          /* protects `comms` */
   struct rnetComm* comms;        /* live data comms */
   uint64_t nextConnId;           /* id generator */
+  struct rnetCtx* nextCtx;       /* in the process-wide list of contexts (in-process notices) */
 };
 
 /* ---- rnet.c ---- */
 /* Every pending thing of one comm that can move now (called from isend, irecv and test). */
 ncclResult_t mendRnetProgress(struct rnetComm* rc);
-/* Register the user's memory on path p (a path connected after regMr, or re-registration). */
 void mendRnetCtxAdd(struct rnetCtx* ctx, struct rnetComm* rc);
 void mendRnetCtxRemove(struct rnetCtx* ctx, struct rnetComm* rc);
+/* Register the area and every user registration on path p's fresh comms (after a rebuild). */
+ncclResult_t mendRnetPathRegister(struct rnetComm* rc, int p);
+/* Is path p alive (idle or active)? */
+static inline int mendRnetPathLive(const struct rnetComm* rc, int p) {
+  int s = atomic_load_explicit(&rc->paths[p].state, memory_order_relaxed);
+  return s == RNET_PATH_IDLE || s == RNET_PATH_ACTIVE;
+}
 
 /* ---- rnet_conn.c: listen, connect, accept, close ---- */
 ncclResult_t mendRnetListen(void* ctx, int dev, void* handle, void** listenComm);
@@ -175,13 +254,45 @@ ncclResult_t mendRnetAccept(void* listenComm, void** recvComm);
 ncclResult_t mendRnetCloseSend(void* sendComm);
 ncclResult_t mendRnetCloseRecv(void* recvComm);
 ncclResult_t mendRnetCloseListen(void* listenComm);
-/* Close path p's base comms (idempotent). */
+/* Close path p's base comms and registrations (idempotent). */
 void mendRnetPathClose(struct rnetComm* rc, int p);
+/* Register the hello/control area on a base comm once. */
+ncclResult_t mendRnetRegArea(struct rnetComm* rc, void* comm, void** mh);
 
 /* ---- rnet_fail.c: failover ---- */
-/* Path p failed (cause for the log): fence it, pick the next healthy path, start the resume. */
-ncclResult_t mendRnetFailPath(struct rnetComm* rc, int p, ncclResult_t res, const char* cause);
-/* Apply kills requested by other threads (link events, OOB notices, tests). */
-ncclResult_t mendRnetApplyKills(struct rnetComm* rc);
+/* Path p failed: fence it, tell the peer (unless the peer told us), and move on: the receiver picks
+ * the first live path and sends RESUME there; the sender waits for that RESUME. */
+ncclResult_t mendRnetFailPath(struct rnetComm* rc, int p, int why, const char* detail);
+/* Receiver: make live path p the active one (RESUME goes out on it). */
+void mendRnetActivate(struct rnetComm* rc, int p);
+/* Sender: a RESUME arrived on path p (possibly not the active one): follow it. */
+ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtrl* m);
+/* Apply queued notices and run the detectors. */
+ncclResult_t mendRnetApplyNotices(struct rnetComm* rc);
+
+/* ---- rnet_notice.c: notices between the two ends of a connection ---- */
+/* Send a notice about path p to the other end (in-process delivery when it lives here, else over
+ * the bootstrap through the resilience service; dropped with neither). */
+void mendRnetNotify(struct rnetComm* rc, int type, int p, int cause, const void* handle);
+/* Queue a notice on a connection (any thread). */
+void mendRnetPost(struct rnetComm* rc, const struct rnetNotice* n);
+/* Deliver a notice to the connection whose id it names, looking in ctx (or every context of the
+ * process when ctx is NULL).  Returns 1 when found. */
+int mendRnetDeliver(struct rnetCtx* ctx, const struct rnetNotice* n);
+/* Take the oldest queued notice; 0 when none. */
+int mendRnetTakeNotice(struct rnetComm* rc, struct rnetNotice* out);
+/* Free queued notices (close). */
+void mendRnetDropNotices(struct rnetComm* rc);
+/* The process-wide list of contexts. */
+void mendRnetCtxRegister(struct rnetCtx* ctx);
+void mendRnetCtxUnregister(struct rnetCtx* ctx);
+
+/* ---- rnet_rebuild.c: bringing a dead path back, fail-back ---- */
+/* Rebuild notices (REBUILD*, and the local START) for path p. */
+ncclResult_t mendRnetRebuildNotice(struct rnetComm* rc, const struct rnetNotice* n);
+/* Advance rebuilds in progress; the receiver switches back to a preferred path once rebuilt. */
+ncclResult_t mendRnetRebuildProgress(struct rnetComm* rc);
+/* Abandon path p's rebuild (close what it opened). */
+void mendRnetRebuildAbort(struct rnetComm* rc, int p);
 
 #endif

@@ -17,6 +17,8 @@
 #include "misc/utils.h"
 #include "plugin/net_plugin.h"
 #include "proxy.h"
+#include "resilience/resil.h"
+#include "resilience/rnet.h"
 
 static const char* kindName[] = { "P2P", "SHM", "NET" };
 static _Atomic uint32_t shmCounter; /* makes shm names unique within this process */
@@ -136,6 +138,30 @@ static ncclResult_t initNet(struct ncclComm* comm) {
   return ncclSuccess;
 }
 
+/* Hot repair: stack the resilient net over the base Net when some rank has 2+ NICs (MEND_RESILIENCE).
+ * Collective (the service allgathers probe addresses): every rank decides alike. */
+static ncclResult_t initResil(struct ncclComm* comm) {
+  struct mendTransport* t = comm->transport;
+  if (!mendRnetEnabled(t->nNicsMax)) {
+    INFO(NCCL_INIT | MEND_RESIL, "NET: resilience off (MEND_RESILIENCE=%lld, at most %d NIC(s) per rank)",
+         (long long)mendParamResilience(), t->nNicsMax);
+    return ncclSuccess;
+  }
+  mendBell_t* wake;
+  MENDCHECK(mendProxyBell(comm, &wake));
+  MENDCHECK(mendResilCreate(comm, t->net, wake, &comm->resil));
+  void* ctx = NULL;
+  MENDCHECK(mendRnetCtxCreate(t->net, t->netCtx, comm, &ctx));
+  mendResilAttach(comm->resil, ctx);
+  t->baseNet = t->net;
+  t->baseCtx = t->netCtx;
+  t->net = &mendNetResilient;
+  t->netCtx = ctx;
+  INFO(NCCL_INIT | NCCL_NET | MEND_RESIL, "Using network Resilient over %s (%d NIC(s) here, %d at most per rank)",
+       t->baseNet->name, comm->topo->nNics, t->nNicsMax);
+  return ncclSuccess;
+}
+
 static ncclResult_t exchangeInit(struct ncclComm* comm, int shared) {
   struct mendTransport* t = comm->transport;
   struct initInfo* all;
@@ -194,8 +220,9 @@ ncclResult_t mendTransportInit(struct ncclComm* comm) {
   comm->bell = (mendBell_t*)t->bellSeg->map;
   if (needNet) MENDCHECKGOTO(initNet(comm), res, fail);
   int shared = anyShmPair(comm);
-  /* Both conditions are the same on every rank, so either all ranks exchange or none does. */
-  if (shared || comm->nNodes > 1) MENDCHECKGOTO(exchangeInit(comm, shared), res, fail);
+  /* These conditions are the same on every rank, so either all ranks exchange or none does. */
+  if (shared || comm->nNodes > 1 || needNet) MENDCHECKGOTO(exchangeInit(comm, shared), res, fail);
+  if (needNet) MENDCHECKGOTO(initResil(comm), res, fail);
   bellSegUnlink(t->bellSeg);
   MENDCHECKGOTO(mendGraphSetup(comm, t->nNicsMax), res, fail);
   logPeers(comm);
@@ -242,10 +269,14 @@ static void freeConnectors(struct ncclComm* comm) {
 ncclResult_t mendTransportFree(struct ncclComm* comm) {
   struct mendTransport* t = comm ? comm->transport : NULL;
   if (!t) return ncclSuccess;
-  /* The proxy goes first: it is the only other user of net connectors. */
+  /* The proxy and the resilience service go first: they are the other users of net connectors. */
   mendProxyDestroy(comm);
+  mendResilStop(comm->resil);
   freeConnectors(comm);
   if (t->net && t->netCtx && t->net->finalize) t->net->finalize(t->netCtx);
+  if (t->baseNet && t->baseCtx && t->baseNet->finalize) t->baseNet->finalize(t->baseCtx);
+  mendResilFree(comm->resil);
+  comm->resil = NULL;
   if (t->peerBellMap)
     for (int r = 0; r < comm->nRanks; r++)
       if (t->peerBellMap[r]) munmap(t->peerBellMap[r], 4096);

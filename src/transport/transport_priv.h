@@ -66,8 +66,10 @@ struct mendTransport {
   struct mendConnector** slices[MEND_MAXCHANNELS * MEND_NCONN_INDEX * 2]; /* [channel][connIndex][dir] -> [nRanks] */
   pthread_mutex_t lock;                   /* connector table changes (connect vs free) */
   size_t buffBytes;                       /* NCCL_BUFFSIZE, validated */
-  const mendNet_t* net;                   /* Net for net connectors (NULL until needed) */
+  const mendNet_t* net;                   /* Net for net connectors (NULL until needed): the resilient one when on */
   void* netCtx;                           /* the Net's per-communicator context */
+  const mendNet_t* baseNet;               /* the Net under the resilient one (NULL when resilience is off) */
+  void* baseCtx;                          /* its context */
   int nNicsMax;                           /* largest NIC count over all ranks */
   _Atomic uint64_t nicTx[MEND_TOPO_MAX_NICS]; /* bytes sent per local Net device */
   _Atomic uint64_t nicRx[MEND_TOPO_MAX_NICS]; /* bytes received per local Net device */

@@ -407,6 +407,61 @@ TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
   (void)done;
 }
 
+TEST_F(RnetTest, FailBackToRebuiltPrimary) {
+  Connect();
+  int got = 0;
+  // Path 0 dies at 100 (traffic moves to 1); at 150 the sender rebuilds it (as its service does once
+  // the NICs probe healthy); the receiver then moves traffic back to 0 behind a RESUME, and the
+  // fenced backup 1 is rebuilt right after.  Every message must arrive exactly once, in order.
+  ASSERT_EQ(Stream(600, &got, [&](int k) {
+              if (k == 100) mendRnetKillPath(sc_, 0);
+              if (k == 150) mendRnetRebuildPath(sc_, 0);
+            }),
+            ncclSuccess);
+  EXPECT_EQ(got, 600);
+  mendRnetStats s = Stats(sc_), r = Stats(rc_);
+  EXPECT_EQ(s.active, 0) << "traffic must return to the primary";
+  EXPECT_EQ(r.active, 0);
+  EXPECT_EQ(s.failbacks, 1u);
+  EXPECT_EQ(r.failbacks, 1u);
+  EXPECT_GE(s.rebuilds, 1u);
+  EXPECT_GT(s.msgs[1], 0u) << "the backup carried traffic while the primary was down";
+  // The backup fenced by the fail-back comes back as a backup: more traffic lets the rebuild finish.
+  ASSERT_EQ(Stream(200, &got), ncclSuccess);
+  s = Stats(sc_);
+  EXPECT_EQ(s.dead, 0) << "every path is live again";
+  EXPECT_EQ(s.active, 0);
+}
+
+TEST_F(RnetTest, RebuildOfADeadDeviceFailsAndTrafficStays) {
+  Connect();
+  int got = 0;
+  ASSERT_EQ(Stream(300, &got, [&](int k) {
+              if (k == 100) gDead[0] = 1;
+              if (k == 150) mendRnetRebuildPath(sc_, 0);  // the device is still dead: the rebuild fails
+            }),
+            ncclSuccess);
+  EXPECT_EQ(got, 300);
+  mendRnetStats s = Stats(sc_);
+  EXPECT_EQ(s.active, 1);
+  EXPECT_EQ(s.failbacks, 0u);
+  EXPECT_EQ(s.rebuilds, 0u);
+  EXPECT_EQ(Stats(rc_).active, 1);
+}
+
+TEST_F(RnetTest, RebuildOfALivePathIsRefused) {
+  Connect();
+  EXPECT_EQ(mendRnetRebuildPath(rc_, 0), ncclInvalidArgument) << "only the sender rebuilds";
+  EXPECT_EQ(mendRnetRebuildPath(sc_, 7), ncclInvalidArgument);
+  ASSERT_EQ(mendRnetRebuildPath(sc_, 1), ncclSuccess);  // path 1 is alive: nothing happens
+  int got = 0;
+  ASSERT_EQ(Stream(100, &got), ncclSuccess);
+  mendRnetStats s = Stats(sc_);
+  EXPECT_EQ(s.rebuilds, 0u);
+  EXPECT_EQ(s.dead, 0);
+  EXPECT_EQ(s.active, 0);
+}
+
 TEST_F(RnetTest, BadArgumentsAreRejected) {
   char handle[MEND_NET_HANDLE_MAXSIZE] = {};
   void* c = nullptr;

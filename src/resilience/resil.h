@@ -1,0 +1,60 @@
+/*
+ * The resilience service of one communicator (comm->resil): what the resilient net needs beyond its
+ * own connections.  It owns
+ *   - a probe listener on every local NIC (a peer's probe is a TCP connect to it over one NIC pair;
+ *     the kernel answers it even when this process is stopped),
+ *   - every rank's probe addresses (allgathered at init),
+ *   - a link monitor (netlink: a NIC going down or losing its carrier fences its paths at once),
+ *   - probes: confirming progress timeouts, watching dead paths until they are healthy again
+ *     (fail-back), and three-point probes for fault localization,
+ *   - out-of-band messages over the bootstrap: notices between the ends of a connection (reliable,
+ *     acknowledged), localization requests and answers, health broadcasts,
+ *   - the health registry (health.h).
+ * Two threads: the service loop (poll on netlink, probe sockets and a wake-up eventfd) and the
+ * out-of-band receiver (blocked on the bootstrap).
+ */
+#ifndef MEND_RESILIENCE_RESIL_H_
+#define MEND_RESILIENCE_RESIL_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+#include "misc/bell.h"
+#include "transport/net.h"
+
+struct ncclComm;
+struct mendResil;
+struct rnetCtx;
+struct rnetComm;
+struct rnetNotice;
+
+/* Collective over comm (every rank calls it when the resilient net is on): listeners, allgather of
+ * probe addresses, link monitor, threads.  `base` is the Net under the resilient one; `wake` is rung
+ * when a connection has something new to apply (the proxy's bell). */
+ncclResult_t mendResilCreate(struct ncclComm* comm, const mendNet_t* base, mendBell_t* wake, struct mendResil** out);
+/* The resilient net's context whose connections the service watches. */
+void mendResilAttach(struct mendResil* r, struct rnetCtx* ctx);
+/* Stop the threads (before the connections close).  Never waits on peers. */
+void mendResilStop(struct mendResil* r);
+void mendResilFree(struct mendResil* r);
+
+/* Something was posted to a connection: progress idle connections soon. */
+void mendResilWake(struct mendResil* r);
+/* Send a connection notice to rank `peer` over the bootstrap (queued; sent by the service). */
+void mendResilSendNotice(struct mendResil* r, int peer, const struct rnetNotice* n);
+/* Probe the paths of rc in `mask` (sender's progress timeout); results land in rc->probeFailed. */
+void mendResilProbeRequest(struct mendResil* r, struct rnetComm* rc, uint32_t mask);
+/* rc is closing: drop every probe that refers to it. */
+void mendResilForget(struct mendResil* r, struct rnetComm* rc);
+/* A path from our device localDev to rank peer's remoteDev failed for `why` (enum mendRnetKill):
+ * find whose NIC is at fault (three-point probing with a third host) and update every registry. */
+void mendResilLocalize(struct mendResil* r, int localDev, int peer, int remoteDev, int why);
+/* Is local device `dev`'s link up (1), down (0), or unknown (-1)? */
+int mendResilLinkUp(struct mendResil* r, int dev);
+/* A NIC works again (a path over it was rebuilt): mark it up in the registry and tell every rank,
+ * unless the registry says so already. */
+void mendResilNicUp(struct mendResil* r, int rank, int dev);
+/* The rank this service belongs to (-1 without a communicator). */
+int mendResilRank(const struct mendResil* r);
+
+#endif
