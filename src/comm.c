@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "checks.h"
@@ -33,6 +34,20 @@ void mendCommSetAsyncError(struct ncclComm* comm, ncclResult_t res) {
   while ((cur == ncclSuccess || cur == ncclInProgress) &&
          !atomic_compare_exchange_weak(&comm->asyncResult, &cur, (int)res)) {
   }
+}
+
+void mendCommInflight(struct ncclComm* comm, int delta) {
+  atomic_fetch_add_explicit(&comm->inflight, delta, memory_order_acq_rel);
+}
+
+int mendCommWaitIdle(struct ncclComm* comm, int64_t ms) {
+  int64_t until = mendTimeMs() + ms;
+  while (atomic_load_explicit(&comm->inflight, memory_order_acquire) > 0) {
+    if (mendTimeMs() > until) return 0;
+    if (comm->bell) mendBellRing(comm->bell); /* an engine asleep on it re-checks the abort flag */
+    usleep(1000);
+  }
+  return 1;
 }
 
 ncclResult_t mendCommAlloc(struct ncclComm** out, int nRanks, int rank, const struct mendConfig* config) {

@@ -124,6 +124,7 @@ struct ncclComm {
   _Atomic int abortFlag;          /* set by ncclCommAbort / revoke: every wait returns */
   _Atomic int state;              /* enum mendCommState */
   _Atomic int asyncResult;        /* ncclResult_t reported by ncclCommGetAsyncError */
+  _Atomic int inflight;           /* queued or running operations (teardown waits for 0 before freeing) */
   uint64_t collSeq;               /* collectives issued (same on every rank) */
   pthread_mutex_t lock;           /* protects the fields below */
   pthread_t initThread;           /* non-blocking init/split worker */
@@ -137,6 +138,11 @@ struct ncclComm {
 ncclResult_t mendCommCheck(struct ncclComm* comm, const char* api);
 /* Record an asynchronous error (first one wins) so ncclCommGetAsyncError reports it. */
 void mendCommSetAsyncError(struct ncclComm* comm, ncclResult_t res);
+/* An operation on `comm` was queued (+1) or has finished or was dropped (-1): teardown does not free a
+ * communicator that another thread still runs work on. */
+void mendCommInflight(struct ncclComm* comm, int delta);
+/* Wait (bounded by ms) until no operation is queued or running on comm; 1 when idle. */
+int mendCommWaitIdle(struct ncclComm* comm, int64_t ms);
 static inline int mendCommAborted(struct ncclComm* comm) {
   return atomic_load_explicit(&comm->abortFlag, memory_order_acquire);
 }

@@ -19,10 +19,26 @@
 #include "transport/transport.h"
 
 ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
-  if (abort) atomic_store(&comm->abortFlag, 1);
+  if (!abort && atomic_load(&comm->inflight) > 0) {
+    WARN("comm %p: destroyed while another thread still runs operations on it; stopping them as an abort would",
+         (void*)comm);
+    abort = 1;
+  }
+  if (abort) {
+    atomic_store(&comm->abortFlag, 1);
+    if (comm->bell) mendBellRing(comm->bell); /* a host engine asleep on it sees the flag at once */
+  }
   if (!mendCommJoinInitThread(comm, abort ? mendParamAbortTimeout() : -1)) {
     WARN("comm %p: the init thread did not stop within %lld ms; leaving the communicator allocated", (void*)comm,
          (long long)mendParamAbortTimeout());
+    comm->magic = 0;
+    return ncclSuccess;
+  }
+  /* Another thread may be inside a collective on this communicator (an abort from a watchdog thread):
+   * it returns once it sees the flag; free nothing under it. */
+  if (!mendCommWaitIdle(comm, mendParamAbortTimeout())) {
+    WARN("comm %p: operations on another thread did not stop within %lld ms; leaving the communicator allocated",
+         (void*)comm, (long long)mendParamAbortTimeout());
     comm->magic = 0;
     return ncclSuccess;
   }

@@ -253,9 +253,21 @@ exit:
   return res;
 }
 
+/* Queued operations hold their communicator (comm->inflight) until they ran or were dropped, so a
+ * concurrent ncclCommAbort stops them instead of freeing the communicator under them. */
+static void releaseOps(const struct mendOp* ops, int nOps) {
+  for (int i = 0; i < nOps; i++) mendCommInflight(ops[i].comm, -1);
+}
+
 ncclResult_t mendGroupEnqueue(const struct mendOp* op) {
-  if (group.depth == 0) return runOps(op, 1, NULL);
+  if (group.depth == 0) {
+    mendCommInflight(op->comm, 1);
+    ncclResult_t res = runOps(op, 1, NULL);
+    releaseOps(op, 1);
+    return res;
+  }
   MENDCHECK(growArray((void**)&group.ops, &group.capOps, group.nOps + 1, sizeof(*op)));
+  mendCommInflight(op->comm, 1);
   group.ops[group.nOps++] = *op;
   return ncclSuccess;
 }
@@ -268,6 +280,7 @@ static ncclResult_t groupFinish(ncclSimInfo_t* simInfo) {
   ncclResult_t res = g.error;
   if (res == ncclSuccess && jobRes != ncclSuccess && jobRes != ncclInProgress) res = jobRes;
   if (res == ncclSuccess) res = runOps(g.ops, g.nOps, simInfo);
+  releaseOps(g.ops, g.nOps);
   free(g.jobs);
   free(g.ops);
   if (res == ncclSuccess && jobRes == ncclInProgress) res = ncclInProgress;

@@ -1,0 +1,206 @@
+/*
+ * No call blocks forever: one process per rank (see mp_util.h), the last rank stops itself
+ * (SIGSTOP) or dies (SIGKILL), and the others check that
+ *   - ncclCommAbort returns within 1 s, also while another thread of theirs is blocked in an
+ *     AllReduce that waits for the lost rank (that call then returns an error, also within 1 s);
+ *   - ncclCommDestroy with a stopped peer returns in bounded time;
+ *   - a non-blocking init whose peer never arrives is ended by ncclCommAbort within 1 s.
+ * Over shared memory and over sockets.  The parent SIGCONTs/kills a stopped rank once the others
+ * are done.
+ */
+#include <pthread.h>
+
+#include "mp_util.h"
+
+#define ABORT_BOUND_S 1.0
+#define COUNT (1 << 16)
+
+struct blocked {
+  ncclComm_t comm;   /* communicator the AllReduce runs on */
+  float* buf;        /* its buffer */
+  ncclResult_t res;  /* what the AllReduce returned */
+  double doneAt;     /* when it returned */
+  volatile int done; /* it returned */
+};
+
+static void* blockedMain(void* p) {
+  struct blocked* b = p;
+  b->res = ncclAllReduce(b->buf, b->buf, COUNT, ncclFloat, ncclSum, b->comm, NULL);
+  b->doneAt = mtNow();
+  b->done = 1;
+  return NULL;
+}
+
+static ncclComm_t initFromFile(int rank, int n, const char* dir) {
+  ncclUniqueId id;
+  if (rank == 0) {
+    CKOK(ncclGetUniqueId(&id));
+    mpPutId(dir, "id", &id);
+  } else {
+    mpGetId(dir, "id", &id, 30);
+  }
+  ncclComm_t comm = NULL;
+  CKOK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1;
+  CKOK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL)); /* connections are up */
+  CK(x == (float)n);
+  return comm;
+}
+
+/* The lost rank: stop (the parent kills it later) or die. */
+static void loseSelf(int dead) {
+  if (dead) raise(SIGKILL);
+  raise(SIGSTOP);
+  for (;;) pause(); /* only SIGKILL from the parent ends us */
+}
+
+/* Survivors: an AllReduce blocks in a thread; ncclCommAbort from this thread ends it in time. */
+static void scInflight(int rank, int n, const char* dir, int dead) {
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  if (rank == n - 1) loseSelf(dead);
+  struct blocked b = {.comm = comm, .buf = calloc(COUNT, sizeof(float))};
+  CK(b.buf != NULL);
+  pthread_t th;
+  usleep(dead ? 100 * 1000 : 0);
+  CK(pthread_create(&th, NULL, blockedMain, &b) == 0);
+  usleep(500 * 1000);
+  /* A stopped peer never completes the AllReduce.  A dead peer may make it fail on its own
+   * (a broken connection), but never succeed. */
+  CK(!b.done || b.res != ncclSuccess);
+  double t0 = mtNow();
+  CKOK(ncclCommAbort(comm));
+  double t1 = mtNow();
+  if (t1 - t0 >= ABORT_BOUND_S) {
+    fprintf(stderr, "rank %d: ncclCommAbort took %.3f s\n", rank, t1 - t0);
+    exit(1);
+  }
+  while (!b.done && mtNow() - t0 < 5.0) usleep(1000);
+  CK(b.done);
+  CK(b.res != ncclSuccess);
+  if (b.doneAt - t0 >= ABORT_BOUND_S) {
+    fprintf(stderr, "rank %d: the blocked AllReduce returned %.3f s after the abort\n", rank, b.doneAt - t0);
+    exit(1);
+  }
+  CK(pthread_join(th, NULL) == 0);
+  free(b.buf);
+}
+
+/* Survivors: nothing in flight; abort (after the peer is gone) returns in time. */
+static void scIdle(int rank, int n, const char* dir, int dead) {
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  if (rank == n - 1) loseSelf(dead);
+  usleep(300 * 1000);
+  double t0 = mtNow();
+  CKOK(ncclCommAbort(comm));
+  CK(mtNow() - t0 < ABORT_BOUND_S);
+}
+
+/* Survivors: an orderly destroy with a stopped peer is bounded too (the close handshake times out). */
+static void scDestroyStopped(int rank, int n, const char* dir) {
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  if (rank == n - 1) loseSelf(0);
+  usleep(300 * 1000);
+  double t0 = mtNow();
+  ncclResult_t r = ncclCommDestroy(comm);
+  CK(r == ncclSuccess || r == ncclRemoteError || r == ncclSystemError);
+  CK(mtNow() - t0 < 5.0);
+}
+
+/* A non-blocking init whose last rank never arrives: abort ends it within the bound. */
+static void scInitMissing(int rank, int n, const char* dir) {
+  ncclUniqueId id;
+  if (rank == n - 1) loseSelf(0); /* never calls init */
+  if (rank == 0) {
+    CKOK(ncclGetUniqueId(&id));
+    mpPutId(dir, "id", &id);
+  } else {
+    mpGetId(dir, "id", &id, 30);
+  }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &cfg);
+  CK(r == ncclInProgress);
+  usleep(rank == 0 ? 800 * 1000 : 300 * 1000); /* the root lives in rank 0: it exits last */
+  ncclResult_t st = ncclSuccess;
+  CKOK(ncclCommGetAsyncError(comm, &st));
+  if (st != ncclInProgress) fprintf(stderr, "rank %d: init state %d (%s)\n", rank, st, ncclGetErrorString(st));
+  CK(st == ncclInProgress);
+  double t0 = mtNow();
+  CKOK(ncclCommAbort(comm));
+  CK(mtNow() - t0 < ABORT_BOUND_S);
+}
+
+static int child(int argc, char** argv) {
+  const char* sc = argv[2];
+  int rank = atoi(argv[3]), n = atoi(argv[4]);
+  const char* dir = argv[5];
+  mpChildSetup(rank, 90);
+  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
+  if (strcmp(sc, "inflight_stopped") == 0) scInflight(rank, n, dir, 0);
+  else if (strcmp(sc, "inflight_dead") == 0) scInflight(rank, n, dir, 1);
+  else if (strcmp(sc, "idle_stopped") == 0) scIdle(rank, n, dir, 0);
+  else if (strcmp(sc, "idle_dead") == 0) scIdle(rank, n, dir, 1);
+  else if (strcmp(sc, "destroy_stopped") == 0) scDestroyStopped(rank, n, dir);
+  else if (strcmp(sc, "init_missing") == 0) scInitMissing(rank, n, dir);
+  else {
+    fprintf(stderr, "unknown scenario %s\n", sc);
+    return 2;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ parent */
+
+/* Wait for every rank but the last (bounded), then end the last one (stopped or dead). */
+static void run(const char* name, const char* sc, int n, const char* const* env) {
+  char dir[256];
+  struct mpJob job;
+  mpTempDir(dir, sizeof dir);
+  double t0 = mtNow();
+  if (mpSpawn(&job, "/proc/self/exe", sc, n, dir, env) != 0) {
+    mpKillAll(&job);
+    mtResult(0, name, "fork failed");
+    mpRemoveDir(dir);
+    return;
+  }
+  int left = n - 1, inTime = 1;
+  while (left > 0) {
+    for (int r = 0; r < n - 1; r++) {
+      if (job.pid[r] > 0 && waitpid(job.pid[r], &job.status[r], WNOHANG) == job.pid[r]) {
+        job.pid[r] = 0;
+        left--;
+      }
+    }
+    if (left > 0 && mtNow() - t0 > 60) {
+      inTime = 0;
+      break;
+    }
+    usleep(2000);
+  }
+  mpKillAll(&job); /* the lost rank (and, on a timeout, everyone) */
+  mtResult(inTime && mpAllOk(&job, 1u << (n - 1)), name, "%s after %.1f s", inTime ? "a rank failed" : "timed out",
+           mtNow() - t0);
+  mpRemoveDir(dir);
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 6 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
+  mtWatchdog(500);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!mtLoadedMend()) {
+    mtResult(0, "abort_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
+    return mtExitCode();
+  }
+  const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
+  const char* scs[] = {"inflight_stopped", "inflight_dead", "idle_stopped", "idle_dead", "destroy_stopped"};
+  for (int t = 0; t < 2; t++) {
+    for (size_t s = 0; s < sizeof(scs) / sizeof(scs[0]); s++) {
+      char name[96];
+      snprintf(name, sizeof name, "abort_%s_%s", scs[s], t ? "sockets" : "shm");
+      run(name, scs[s], 3, t ? net : NULL);
+    }
+  }
+  run("abort_nonblocking_init_missing_rank", "init_missing", 3, NULL);
+  return mtExitCode();
+}
