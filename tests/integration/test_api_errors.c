@@ -2,8 +2,12 @@
  * Bad inputs to the collective, send/recv and group calls: each returns the documented code
  * (ncclInvalidArgument / ncclInvalidUsage) with a WARN that names the problem (read back with
  * ncclGetLastError), and nothing crashes or hangs.  Valid edge cases (count 0, NULL buffers with
- * count 0) succeed.  Two host-mode communicators from ncclCommInitAll are used.
+ * count 0) succeed.  The same for communicator creation, queries, split/shrink/revoke, memory,
+ * registration, windows and user ops, plus the host-mode successes of those calls and the device
+ * API's refusal.  Two host-mode communicators from ncclCommInitAll are used.
  */
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,142 @@ static void expect(const char* name, ncclResult_t got, ncclResult_t want, const 
   int ok = got == want && (word == NULL || (last && strstr(last, word)));
   mtResult(ok, name, "returned %d (%s), want %d; last error \"%s\", want it to mention \"%s\"", got,
            ncclGetErrorString(got), want, last ? last : "(null)", word ? word : "");
+}
+
+/* Communicator creation and lifecycle calls with bad arguments (no peer is ever contacted). */
+static void lifecycleErrors(ncclComm_t c) {
+  const ncclResult_t IA = ncclInvalidArgument, IU = ncclInvalidUsage;
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  ncclComm_t nc = (ncclComm_t)0x1;
+  expect("api_errors_uniqueid_null", ncclGetUniqueId(NULL), IA, "uniqueId");
+  expect("api_errors_version_null", ncclGetVersion(NULL), IA, "version");
+  expect("api_errors_init_null_comm", ncclCommInitRank(NULL, 2, id, 0), IA, "comm pointer");
+  expect("api_errors_init_nranks0", ncclCommInitRank(&nc, 0, id, 0), IA, "nranks");
+  mtResult(nc == NULL, "api_errors_init_fail_sets_null", "*comm is %p after a failed init", (void*)nc);
+  expect("api_errors_init_rank_neg", ncclCommInitRank(&nc, 2, id, -1), IA, "rank");
+  expect("api_errors_init_rank_too_big", ncclCommInitRank(&nc, 2, id, 2), IA, "rank");
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.magic = 0;
+  expect("api_errors_config_magic", ncclCommInitRankConfig(&nc, 1, id, 0, &cfg), IA, "NCCL_CONFIG_INITIALIZER");
+  ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
+  cfg2.blocking = 2;
+  expect("api_errors_config_blocking", ncclCommInitRankConfig(&nc, 1, id, 0, &cfg2), IA, "blocking");
+  ncclConfig_t cfg3 = NCCL_CONFIG_INITIALIZER;
+  cfg3.minCTAs = 8;
+  cfg3.maxCTAs = 4;
+  expect("api_errors_config_ctas", ncclCommInitRankConfig(&nc, 1, id, 0, &cfg3), IA, "minCTAs");
+  expect("api_errors_scalable_nid0", ncclCommInitRankScalable(&nc, 2, 0, 0, &id, NULL), IA, "nId");
+  expect("api_errors_scalable_ids_null", ncclCommInitRankScalable(&nc, 2, 0, 1, NULL, NULL), IA, "commIds");
+  ncclComm_t all[2];
+  expect("api_errors_initall_ndev", ncclCommInitAll(all, -1, NULL), IA, "device count");
+  int dup[2] = {0, 0};
+  expect("api_errors_initall_dup", ncclCommInitAll(all, 2, dup), IA, "duplicate");
+  expect("api_errors_initall_null", ncclCommInitAll(NULL, 2, NULL), IA, "comms");
+  /* queries */
+  int v;
+  expect("api_errors_count_null_comm", ncclCommCount(NULL, &v), IA, "communicator");
+  expect("api_errors_count_null_out", ncclCommCount(c, NULL), IA, "output");
+  expect("api_errors_rank_null_out", ncclCommUserRank(c, NULL), IA, "output");
+  expect("api_errors_cudev_null_out", ncclCommCuDevice(c, NULL), IA, "output");
+  expect("api_errors_async_null_out", ncclCommGetAsyncError(c, NULL), IA, "asyncError");
+  expect("api_errors_async_null_comm", ncclCommGetAsyncError(NULL, (ncclResult_t*)&v), IA, "communicator");
+  /* split, shrink, revoke, finalize, abort */
+  expect("api_errors_split_color", ncclCommSplit(c, -5, 0, &nc, NULL), IA, "color");
+  expect("api_errors_split_newcomm_null", ncclCommSplit(c, 0, 0, NULL, NULL), IA, "newcomm");
+  expect("api_errors_split_null_comm", ncclCommSplit(NULL, 0, 0, &nc, NULL), IA, "communicator");
+  int excl[2] = {1, 5};
+  expect("api_errors_shrink_list_null", ncclCommShrink(c, NULL, 1, &nc, NULL, 0), IA, "excludeRanksList");
+  expect("api_errors_shrink_count0", ncclCommShrink(c, excl, 0, &nc, NULL, 0), IA, "excludeRanksCount");
+  expect("api_errors_shrink_flags", ncclCommShrink(c, excl, 1, &nc, NULL, 7), IA, "shrinkFlags");
+  expect("api_errors_shrink_range", ncclCommShrink(c, excl, 2, &nc, NULL, 0), IA, "out of range");
+  int self[1] = {0};
+  expect("api_errors_shrink_self", ncclCommShrink(c, self, 1, &nc, NULL, 0), IA, "exclude list");
+  expect("api_errors_revoke_flags", ncclCommRevoke(c, 3), IA, "revokeFlags");
+  expect("api_errors_revoke_null", ncclCommRevoke(NULL, 0), IA, "communicator");
+  expect("api_errors_finalize_null", ncclCommFinalize(NULL), IA, "communicator");
+  expect("api_errors_destroy_null_ok", ncclCommDestroy(NULL), ncclSuccess, NULL);
+  expect("api_errors_abort_null_ok", ncclCommAbort(NULL), ncclSuccess, NULL);
+  int garbage[32] = {0};
+  expect("api_errors_not_a_comm", ncclCommCount((ncclComm_t)garbage, &v), IA, "bad magic");
+  /* memory and registration */
+  expect("api_errors_memalloc_null", ncclMemAlloc(NULL, 64), IA, "ptr");
+  void* h = (void*)0x1;
+  char area[256];
+  expect("api_errors_register_handle_null", ncclCommRegister(c, area, sizeof area, NULL), IA, "handle");
+  expect("api_errors_register_buff_null", ncclCommRegister(c, NULL, sizeof area, &h), IA, "buff");
+  expect("api_errors_register_size0", ncclCommRegister(c, area, 0, &h), IA, "size");
+  expect("api_errors_deregister_bogus", ncclCommDeregister(c, area), IA, "not a live registration");
+  ncclWindow_t win;
+  expect("api_errors_window_null", ncclCommWindowRegister(c, area, sizeof area, NULL, 0), IA, "win");
+  expect("api_errors_window_flags", ncclCommWindowRegister(c, area, sizeof area, &win, 0x10), IA, "winFlags");
+  expect("api_errors_window_dereg_bogus", ncclCommWindowDeregister(c, (ncclWindow_t)area), IA, "window");
+  /* user reduction ops */
+  ncclRedOp_t op;
+  float scalar = 1;
+  expect("api_errors_premulsum_null_op", ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, c),
+         IA, "op");
+  expect("api_errors_premulsum_null_scalar", ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarHostImmediate, c),
+         IA, "scalar");
+  expect("api_errors_premulsum_bad_type", ncclRedOpCreatePreMulSum(&op, &scalar, (ncclDataType_t)12,
+         ncclScalarHostImmediate, c), IA, "datatype");
+  expect("api_errors_premulsum_bad_residence", ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat,
+         (ncclScalarResidence_t)9, c), IA, "residence");
+  expect("api_errors_premulsum_null_comm", ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate,
+         NULL), IA, "communicator");
+  expect("api_errors_redop_destroy_builtin", ncclRedOpDestroy(ncclSum, c), IA, "builtin");
+  expect("api_errors_redop_destroy_unknown", ncclRedOpDestroy((ncclRedOp_t)(ncclNumOps + 7), c), IA, "not alive");
+  (void)IU;
+}
+
+/* The memory, registration, query and user-op calls that succeed in host mode. */
+static void hostModeCalls(ncclComm_t c) {
+  int dev = 7;
+  expect("api_host_cudevice", ncclCommCuDevice(c, &dev), ncclSuccess, NULL);
+  mtResult(dev == -1, "api_host_cudevice_is_minus_1", "device %d", dev);
+  void* p = NULL;
+  expect("api_host_memalloc", ncclMemAlloc(&p, 10000), ncclSuccess, NULL);
+  mtResult(p != NULL && ((uintptr_t)p % 4096) == 0, "api_host_memalloc_aligned", "%p", p);
+  if (p) memset(p, 0x5a, 10000);
+  expect("api_host_memfree", ncclMemFree(p), ncclSuccess, NULL);
+  p = (void*)0x1;
+  expect("api_host_memalloc0", ncclMemAlloc(&p, 0), ncclSuccess, NULL);
+  mtResult(p == NULL, "api_host_memalloc0_null", "%p", p);
+  expect("api_host_memfree_null", ncclMemFree(NULL), ncclSuccess, NULL);
+  static char area[8192];
+  void* h1 = NULL;
+  void* h2 = NULL;
+  expect("api_host_register", ncclCommRegister(c, area, sizeof area, &h1), ncclSuccess, NULL);
+  expect("api_host_register2", ncclCommRegister(c, area + 100, 100, &h2), ncclSuccess, NULL);
+  mtResult(h1 != NULL && h2 != NULL && h1 != h2, "api_host_register_handles", "%p %p", h1, h2);
+  expect("api_host_deregister", ncclCommDeregister(c, h1), ncclSuccess, NULL);
+  expect("api_host_deregister_twice", ncclCommDeregister(c, h1), ncclInvalidArgument, "not a live registration");
+  /* h2 stays registered: destroy releases it */
+  ncclWindow_t win = (ncclWindow_t)0x1;
+  expect("api_host_window_register", ncclCommWindowRegister(c, area, sizeof area, &win, NCCL_WIN_COLL_SYMMETRIC),
+         ncclSuccess, NULL);
+  mtResult(win == NULL, "api_host_window_is_null", "window %p", (void*)win);
+  expect("api_host_window_deregister", ncclCommWindowDeregister(c, win), ncclSuccess, NULL);
+  ncclRedOp_t ops[2];
+  double dscalar = 0.25;
+  expect("api_host_premulsum_host", ncclRedOpCreatePreMulSum(&ops[0], &dscalar, ncclDouble, ncclScalarHostImmediate, c),
+         ncclSuccess, NULL);
+  expect("api_host_premulsum_dev", ncclRedOpCreatePreMulSum(&ops[1], &dscalar, ncclDouble, ncclScalarDevice, c),
+         ncclSuccess, NULL);
+  mtResult(ops[0] >= ncclNumOps && ops[1] >= ncclNumOps && ops[0] != ops[1], "api_host_premulsum_values", "%d %d",
+           (int)ops[0], (int)ops[1]);
+  expect("api_host_redop_destroy", ncclRedOpDestroy(ops[0], c), ncclSuccess, NULL);
+  expect("api_host_redop_destroy2", ncclRedOpDestroy(ops[1], c), ncclSuccess, NULL);
+  expect("api_host_redop_destroy_twice", ncclRedOpDestroy(ops[1], c), ncclInvalidArgument, "not alive");
+}
+
+/* NCCL 2.28's device API host functions are exported and refuse with a clear warning. */
+typedef ncclResult_t (*devCommCreate_t)(ncclComm_t, const void*, void*);
+static void deviceApi(ncclComm_t c) {
+  devCommCreate_t create = (devCommCreate_t)dlsym(RTLD_DEFAULT, "ncclDevCommCreate");
+  mtResult(create != NULL, "api_device_api_exported", "ncclDevCommCreate not found");
+  char req[256] = {0}, out[256];
+  if (create) expect("api_device_api_unsupported", create(c, req, out), ncclInvalidUsage, "device API");
 }
 
 int main(void) {
@@ -96,6 +236,9 @@ int main(void) {
   info.magic = 0x74685283;
   expect("api_errors_simulate_ok", ncclGroupSimulateEnd(&info), ncclSuccess, NULL);
   mtResult(info.estimatedTime >= 0, "api_errors_simulate_time", "estimatedTime %g", info.estimatedTime);
+  lifecycleErrors(c);
+  hostModeCalls(c);
+  deviceApi(c);
   /* a finalized communicator takes no more work */
   expect("api_errors_finalize", ncclCommFinalize(comms[1]), ncclSuccess, NULL);
   expect("api_errors_after_finalize", ncclAllReduce(buf, out, 4, ncclFloat, ncclSum, comms[1], NULL), IU,
