@@ -447,7 +447,9 @@ class Testbed(FaultsMixin):
             raise ValueError("ranks_per_host must be in 1..256, got %r" % (ranks_per_host,))
         if not 0 < timeout <= 24 * 3600:
             raise ValueError("timeout must be in (0, 86400] s, got %r" % (timeout,))
-        port = port or random.randrange(20000, 40000, 2)
+        # Below the kernel's ephemeral range (32768 and up by default): a port from that range may
+        # already be held by a socket some rank opened itself (bootstrap, Net listeners).
+        port = port or random.randrange(20000, 32000, 2)
         if self.logdir is None:
             self.logdir = tempfile.mkdtemp(prefix=os.path.basename(logdir_prefix(self.prefix)))
         self._job_seq += 1
