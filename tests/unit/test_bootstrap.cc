@@ -90,6 +90,7 @@ class BootstrapTest : public ::testing::Test {
   }
   void TearDown() override {
     alarm(0);
+    setEnv("NCCL_SOCKET_IFNAME", nullptr);
     setEnv("NCCL_COMM_ID", nullptr);
     setEnv("MEND_BOOTSTRAP_TIMEOUT", nullptr);
     setEnv("MEND_OOB_IFNAME", nullptr);
@@ -343,6 +344,67 @@ TEST_F(BootstrapTest, CommIdIpv6) {
     checkAllGather(comms[r]);
   });
   runRanks(n, [&](int r) { closeComm(comms[r]); });
+}
+
+// Where the bootstrap listens: MEND_OOB_IFNAME, else the interface on the subnet of the root's
+// address, else NCCL_SOCKET_IFNAME rules (prefix list, ^ exclude, = exact).
+TEST_F(BootstrapTest, OobInterfaceChoice) {
+  auto boundTo = [](const union mendSocketAddr* near) -> std::string {
+    int fd = -1;
+    union mendSocketAddr a;
+    if (mendBsListenOnOobIface(near, &fd, &a) != ncclSuccess) return "error";
+    mendSocketClose(fd);
+    char buf[MEND_SOCKET_NAME_MAXLEN];
+    std::string s = mendSocketAddrStr(&a, buf);
+    return s.substr(0, s.rfind(':'));
+  };
+  struct mendIface others[4];
+  int nOthers = mendFindInterfaces("^lo", others, 4);  // a non-loopback interface, when the machine has one
+  union mendSocketAddr lo, nowhere;
+  ASSERT_EQ(mendSocketParseAddr("127.0.0.1:1", &lo), ncclSuccess);
+  ASSERT_EQ(mendSocketParseAddr("203.0.113.77:1", &nowhere), ncclSuccess);  // TEST-NET-3: no local subnet
+  char buf[MEND_SOCKET_NAME_MAXLEN];
+  std::string otherIp;
+  if (nOthers > 0) {
+    otherIp = mendSocketAddrStr(&others[0].addr, buf);
+    otherIp = otherIp.substr(0, otherIp.rfind(':'));
+  }
+  // 1. MEND_OOB_IFNAME wins over the root's subnet and over NCCL_SOCKET_IFNAME.
+  setEnv("MEND_OOB_IFNAME", "lo");
+  setEnv("NCCL_SOCKET_IFNAME", nOthers > 0 ? others[0].name : "^lo");
+  EXPECT_EQ(boundTo(nOthers > 0 ? &others[0].addr : &nowhere), "127.0.0.1");
+  setEnv("MEND_OOB_IFNAME", "=no_such_iface0");
+  EXPECT_EQ(boundTo(&lo), "error");
+  // 2. Without it, the interface whose subnet holds the root's address, whatever NCCL_SOCKET_IFNAME says.
+  setEnv("MEND_OOB_IFNAME", nullptr);
+  if (nOthers > 0) {
+    setEnv("NCCL_SOCKET_IFNAME", "=lo");
+    EXPECT_EQ(boundTo(&others[0].addr), otherIp);
+    setEnv("NCCL_SOCKET_IFNAME", std::string("=").append(others[0].name).c_str());
+    EXPECT_EQ(boundTo(&lo), "127.0.0.1");
+  }
+  // 3. No subnet holds it (or no root address at all): NCCL_SOCKET_IFNAME rules.
+  setEnv("NCCL_SOCKET_IFNAME", "=lo");
+  EXPECT_EQ(boundTo(&nowhere), "127.0.0.1");
+  EXPECT_EQ(boundTo(nullptr), "127.0.0.1");
+  setEnv("NCCL_SOCKET_IFNAME", "l");  // prefix
+  EXPECT_EQ(boundTo(nullptr), "127.0.0.1");
+  setEnv("NCCL_SOCKET_IFNAME", "=l");  // exact: no interface is called "l"
+  EXPECT_EQ(boundTo(nullptr), "error");
+  if (nOthers > 0) {
+    setEnv("NCCL_SOCKET_IFNAME", "^lo");
+    std::string got = boundTo(nullptr);
+    EXPECT_NE(got, "127.0.0.1");
+    EXPECT_NE(got, "error");
+  }
+  // The root of ncclGetUniqueId listens by the same rules: its address sits after the 8-byte magic.
+  setEnv("NCCL_SOCKET_IFNAME", "=lo");
+  ncclUniqueId id;
+  ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
+  union mendSocketAddr root;
+  memcpy(&root, id.internal + sizeof(uint64_t), sizeof(root));
+  EXPECT_EQ(std::string(mendSocketAddrStr(&root, buf)).substr(0, 10), "127.0.0.1:");
+  setEnv("NCCL_SOCKET_IFNAME", nullptr);
 }
 
 TEST_F(BootstrapTest, NranksMismatch) {
