@@ -1,8 +1,9 @@
 /*
  * ABI probe: compiled against NVIDIA's nccl.h (from the CUDA toolkit), linked with -lnccl and run
  * against Mend's libnccl.so.2.  Proves that a program built for NVIDIA's NCCL runs on Mend:
- * the 80-byte config from NVIDIA's initializer is accepted, the version matches, and calls work.
- * Prints TAP lines.
+ * the 80-byte config from NVIDIA's initializer is accepted (and configs laid out as older and newer
+ * headers do), the version matches, and calls made with NVIDIA's types and enums give the right
+ * results.  Prints TAP lines.
  */
 #include <nccl.h>
 #include <stdio.h>
@@ -12,6 +13,80 @@ static int failures;
 static void check(int ok, const char* name) {
   printf("%s %s\n", ok ? "ok" : "not ok", name);
   if (!ok) failures++;
+}
+
+/* Configs as older and newer headers lay them out, built from this (NVIDIA's) initializer: a 2.27
+ * header (72 bytes, no 2.28 fields: garbage there must be ignored), a 2.18-2.26 header (48 bytes),
+ * and a newer header with fields Mend does not know (they are ignored). */
+static void olderAndNewerConfigs(const ncclUniqueId* uid) {
+  union {
+    ncclConfig_t cfg;
+    unsigned char bytes[128];
+  } u;
+  ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
+  const struct { size_t size; unsigned version; const char* name; } cases[] = {
+      {72, NCCL_VERSION(2, 27, 7), "abi_config_from_2_27_header"},
+      {48, NCCL_VERSION(2, 23, 4), "abi_config_from_2_23_header"},
+      {96, NCCL_VERSION(2, 30, 0), "abi_config_from_newer_header"},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) id = *uid;
+    memset(u.bytes, 0x7f, sizeof(u.bytes)); /* invalid values everywhere the caller's header ends */
+    memcpy(u.bytes, &init, cases[k].size < sizeof(init) ? cases[k].size : sizeof(init));
+    u.cfg.size = cases[k].size;
+    u.cfg.version = cases[k].version;
+    u.cfg.blocking = 1;
+    ncclComm_t comm = NULL;
+    ncclResult_t res = ncclCommInitRankConfig(&comm, 1, id, 0, &u.cfg);
+    check(res == ncclSuccess && comm != NULL, cases[k].name);
+    if (comm) ncclCommDestroy(comm);
+  }
+}
+
+/* Two ranks of this process, driven with NVIDIA's types and enums: AllReduce, PreMulSum, split with
+ * an 80-byte config, and ncclGroupSimulateEnd with NVIDIA's ncclSimInfo_t. */
+static void twoRanks(void) {
+  ncclComm_t comms[2] = {NULL, NULL};
+  check(ncclCommInitAll(comms, 2, NULL) == ncclSuccess, "abi_init_all");
+  if (!comms[0] || !comms[1]) return;
+  float in[2][64], out[2][64];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 64; i++) in[r][i] = (float)(r * 64 + i);
+  int ok = ncclGroupStart() == ncclSuccess;
+  for (int r = 0; r < 2; r++) ok &= ncclAllReduce(in[r], out[r], 64, ncclFloat32, ncclSum, comms[r], 0) == ncclSuccess;
+  ok &= ncclGroupEnd() == ncclSuccess;
+  for (int i = 0; ok && i < 64; i++) ok = out[0][i] == (float)(64 + 2 * i) && out[1][i] == out[0][i];
+  check(ok, "abi_allreduce_results");
+  ncclRedOp_t ops[2];
+  double half = 0.5;
+  ok = 1;
+  for (int r = 0; r < 2; r++)
+    ok &= ncclRedOpCreatePreMulSum(&ops[r], &half, ncclFloat64, ncclScalarHostImmediate, comms[r]) == ncclSuccess;
+  double din[2] = {4, 8}, dout[2] = {0, 0};
+  ok &= ncclGroupStart() == ncclSuccess;
+  for (int r = 0; r < 2; r++) ok &= ncclAllReduce(&din[r], &dout[r], 1, ncclFloat64, ops[r], comms[r], 0) == ncclSuccess;
+  ok &= ncclGroupEnd() == ncclSuccess;
+  for (int r = 0; r < 2; r++) ok &= ncclRedOpDestroy(ops[r], comms[r]) == ncclSuccess;
+  check(ok && dout[0] == 6 && dout[1] == 6, "abi_premulsum");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  ok = ncclGroupStart() == ncclSuccess;
+  for (int r = 0; r < 2; r++) ok &= ncclAllReduce(in[r], out[r], 64, ncclFloat32, ncclSum, comms[r], 0) == ncclSuccess;
+  ok &= ncclGroupSimulateEnd(&sim) == ncclSuccess;
+  check(ok && sim.estimatedTime > 0, "abi_group_simulate_end");
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 1;
+  ncclComm_t child[2] = {NULL, NULL};
+  ok = ncclGroupStart() == ncclSuccess;
+  for (int r = 0; r < 2; r++) ok &= ncclCommSplit(comms[r], 0, 1 - r, &child[r], &cfg) == ncclSuccess;
+  ok &= ncclGroupEnd() == ncclSuccess;
+  int rank0 = -1;
+  if (ok && child[0]) ok = ncclCommUserRank(child[0], &rank0) == ncclSuccess;
+  check(ok && child[0] && child[1] && rank0 == 1, "abi_split_with_nvidia_config");
+  for (int r = 0; r < 2; r++) {
+    if (child[r]) ncclCommDestroy(child[r]);
+    ncclCommDestroy(comms[r]);
+  }
 }
 
 int main(void) {
@@ -38,5 +113,9 @@ int main(void) {
   comm = NULL;
   check(ncclCommInitRankConfig(&comm, 1, id, 0, &bad) == ncclInvalidArgument, "abi_bad_magic_rejected");
   check(strlen(ncclGetErrorString(ncclInvalidArgument)) > 0, "abi_error_string");
+  const char* last = ncclGetLastError(NULL);
+  check(last != NULL && strstr(last, "NCCL_CONFIG_INITIALIZER") != NULL, "abi_last_error_names_the_problem");
+  olderAndNewerConfigs(&id);
+  twoRanks();
   return failures ? 1 : 0;
 }

@@ -28,6 +28,9 @@ missing_p=$(awk '$2 ~ /^nccl/ && $2 != "ncclResetDebugInitInternal" {print "p"$2
 if readelf -V "$LIB" | grep -q 'Version definition'; then nok no_symbol_versions "found .gnu.version_d"; else ok no_symbol_versions; fi
 soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libnccl.so.2 ] && ok soname_is_libnccl_so_2 || nok soname_is_libnccl_so_2 "$soname"
+# Host mode needs no GPU and no CUDA driver: nothing CUDA is linked (this machine may have neither).
+cuda_needed=$(readelf -d "$LIB" | grep NEEDED | grep -Ei 'cuda|nvidia|nvml' | head -3)
+[ -z "$cuda_needed" ] && ok no_cuda_library_needed || nok no_cuda_library_needed "$cuda_needed"
 if [ -f "$B/lib/libnccl_static.a" ] && [ -f "$B/lib/pkgconfig/nccl.pc" ] && [ -L "$B/lib/libnccl.so" ]; then
   ok build_layout; else nok build_layout "missing static lib, pkg-config file or symlink"; fi
 
@@ -38,11 +41,18 @@ fi
 nm -D --defined-only "$NV_LIB" | awk '$3 ~ /^p?nccl/ {print $3}' | sort -u > "$T/nv"
 missing=$(awk '{print $2}' "$T/ours" | sort -u | comm -23 "$T/nv" - | head -10 | tr '\n' ' ')
 [ -z "$missing" ] && ok nvidia_superset_$(wc -l < "$T/nv")_symbols || nok nvidia_superset "missing: $missing"
+# Every function NVIDIA's header declares (and its pnccl twin) is exported.
+grep -oE '(ncclResult_t|char[[:space:]]*\*|void)[[:space:]]+p?nccl[A-Z][A-Za-z0-9]*[[:space:]]*\(' "$NV_H" \
+  | sed -E 's/.*[[:space:]]p?(nccl[A-Za-z0-9]*)[[:space:]]*\($/\1/' | sort -u > "$T/nvh"
+undeclared=$(while read -r f; do for s in "$f" "p$f"; do grep -q " $s$" "$T/ours" || echo "$s"; done; done < "$T/nvh" | head -5)
+[ -s "$T/nvh" ] && [ -z "$undeclared" ] && ok nvidia_header_functions_$(wc -l < "$T/nvh")_exported \
+  || nok nvidia_header_functions_exported "${undeclared:-no functions found in $NV_H}"
 
 # Build against NVIDIA's header, link and run against Mend's library.
 if gcc -std=c11 -I"$CUDA/include" tests/abi/abi_probe.c -o "$T/probe" -L"$B/lib" -lnccl 2>"$T/e"; then
   ok nvidia_header_program_builds
-  out=$(cd "$T" && NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$(cd "$OLDPWD" && cd "$B/lib" && pwd)" timeout 60 ./probe 2>&1); rc=$?
+  # LD_BIND_NOW: every symbol the program references resolves at load time, against Mend.
+  out=$(cd "$T" && LD_BIND_NOW=1 NCCL_DEBUG=VERSION LD_LIBRARY_PATH="$(cd "$OLDPWD" && cd "$B/lib" && pwd)" timeout 60 ./probe 2>&1); rc=$?
   echo "$out" | grep -E '^(ok|not ok) '
   lddout=$(LD_LIBRARY_PATH="$B/lib" ldd "$T/probe" | grep libnccl)
   case "$lddout" in *"$B/lib/libnccl.so.2"*) ok probe_loads_mend_library;; *) nok probe_loads_mend_library "$lddout";; esac
