@@ -29,6 +29,13 @@ badrows=$(awk -v c="$col" 'NR > 1 && substr($0, c - 2, 2) != "  " {print $1}' "$
 dups=$(awk 'NR > 1 {print $1}' "$T/params" | sort | uniq -d | head -3)
 [ -z "$dups" ] && ok params_unique || nok params_unique "$dups"
 
+# --params prints every row of the one registry, and nothing else.
+grep -oE '^MEND_PARAM_(INT|STR)\([A-Za-z0-9]+, *"[A-Za-z0-9_]+"' src/misc/params.def | sed -E 's/.*"(.*)"/\1/' | sort > "$T/want"
+awk 'NR > 1 {print $1}' "$T/params" | sort > "$T/got"
+diffs=$(diff "$T/want" "$T/got" | grep '^[<>]' | head -5 | tr '\n' ' ')
+[ -s "$T/want" ] && [ -z "$diffs" ] && ok params_lists_all_$(wc -l < "$T/want")_registry_rows \
+  || nok params_lists_all_registry_rows "${diffs:-no rows read from src/misc/params.def}"
+
 # --env: only what is set, from the environment or the config file.
 printf '# test\nNCCL_DEBUG_FILE=/dev/null\n' > "$T/c.conf"
 env -u NCCL_DEBUG -u NCCL_DEBUG_SUBSYS -u MEND_FAULT_INJECT NCCL_CONF_FILE="$T/c.conf" NCCL_WARN_ENABLE_DEBUG_INFO=1 \
