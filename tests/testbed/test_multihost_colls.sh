@@ -4,9 +4,10 @@
 # ReduceScatter, Send/Recv, AlltoAll, Gather and Scatter at 0 .. 65537 elements and a large count
 # (2M elements, 8 MiB for AllReduce), several types, ops, roots and placements, and compares every
 # element with a reference it computes from all ranks' inputs.
-# Matrix: {2, 3} hosts x {1, 2} ranks per host x {2, 3, 4} rails, every NIC at 1gbit. For each
-# configuration: one "ok" line per collective (all ranks passed it), every rank exited 0 in time,
-# every rail of every host carried data both ways. Then a run with planted wrong results must
+# Matrix: {2, 3} hosts x {1, 2} ranks per host x {2, 3, 4} rails, every NIC at 1gbit, over the
+# resilient net (the default with several NICs), and 4 of them over the socket Net alone
+# (MEND_RESILIENCE=0). For each configuration: one "ok" line per collective (all ranks passed
+# it), every rank exited 0 in time, every rail of every host carried data both ways. Then a run with planted wrong results must
 # fail for every collective. At the end: no namespace, root-namespace link or rank process is
 # left behind.
 # Exit: 0 pass, 1 fail, 77 skip (not root / no network namespaces).
@@ -22,8 +23,12 @@ export LD_LIBRARY_PATH="$(dirname "$(dirname "$PROG")")/lib${LD_LIBRARY_PATH:+:$
 export MEND_BUILDDIR="$(dirname "$(dirname "$PROG")")"
 
 NAME="mtc$$"
-CONFIGS="2:1:2 2:2:2 2:1:3 2:2:3 2:1:4 2:2:4 3:1:2 3:2:2 3:1:3 3:2:3 3:1:4 3:2:4"
-LETTERS="a b c d e f g h i j k l z"   # testbed k of the matrix is $NAME plus letter k; z: planted
+# hosts:ranks per host:rails:MEND_RESILIENCE (auto: the resilient net, on with 2+ NICs; 0: the
+# socket Net alone)
+CONFIGS="2:1:2:auto 2:2:2:auto 2:1:3:auto 2:2:3:auto 2:1:4:auto 2:2:4:auto
+         3:1:2:auto 3:2:2:auto 3:1:3:auto 3:2:3:auto 3:1:4:auto 3:2:4:auto
+         2:1:2:0 2:2:3:0 3:1:4:0 3:2:2:0"
+LETTERS="a b c d e f g h i j k l m n o p z"   # testbed k of the matrix is $NAME plus letter k; z: planted
 for l in $LETTERS; do tb_track "$NAME$l"; done
 cd "$HERE" || exit 1
 timeout -k 5 240 python3 - "$NAME" "$PROG" $CONFIGS <<'EOF'
@@ -71,13 +76,16 @@ def our_processes():
 links_before = root_links()
 t_all = time.monotonic()
 for k, spec in enumerate(configs):
-    hosts, ppn, rails = (int(x) for x in spec.split(":"))
-    tag = "h%dx%d_r%d" % (hosts, ppn, rails)
+    hosts, ppn, rails, resil = spec.split(":")
+    hosts, ppn, rails = int(hosts), int(ppn), int(rails)
+    tag = "h%dx%d_r%d%s" % (hosts, ppn, rails, "" if resil == "auto" else "_resilience" + resil)
+    env = {"NCCL_DEBUG": "WARN"}
+    if resil != "auto":
+        env["MEND_RESILIENCE"] = resil
     t0 = time.monotonic()
     with Testbed(hosts, rails, rate="1gbit", prefix=name + chr(97 + k)) as tb:
         before = tb.nic_counters()
-        res = tb.launch([prog, "--large", str(LARGE)], ranks_per_host=ppn, timeout=90,
-                        env={"NCCL_DEBUG": "WARN"})
+        res = tb.launch([prog, "--large", str(LARGE)], ranks_per_host=ppn, timeout=90, env=env)
         after = tb.nic_counters()
     n = hosts * ppn
     lines = {r.rank: (r.output or "").splitlines() for r in res.ranks}

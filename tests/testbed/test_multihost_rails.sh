@@ -2,7 +2,8 @@
 # Every rail carries its share of a large AllReduce, data goes over the rails and bootstrap over
 # management. all_reduce_perf (64 MiB, -c 1: every element checked) runs on 2 hosts x 2 rails
 # (2 ranks per host), 2 hosts x 4 rails and 3 hosts x 3 rails (1 rank per host), every NIC at
-# 1gbit; the per-NIC byte counters of the job must show, on every host:
+# 1gbit, over the resilient net (the default), and 2 x 2 again over the socket Net alone
+# (MEND_RESILIENCE=0); the per-NIC byte counters of the job must show, on every host:
 #  - each rail's tx and rx within 20% of the even split (the mean over that host's rails);
 #  - the rails together sending at least the AllReduce lower bound, 2 S (H-1)/H bytes per call
 #    (S bytes, H hosts; intra-host traffic is free), for the calls the tool makes;
@@ -20,7 +21,7 @@ if [ ! -x "$PROG" ]; then echo "not ok all_reduce_perf built ($PROG missing)"; e
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 NAME="mtr$$"
-LETTERS="a b c"   # testbed k is $NAME plus letter k
+LETTERS="a b c d"   # testbed k is $NAME plus letter k
 for l in $LETTERS; do tb_track "$NAME$l"; done
 cd "$HERE" || exit 1
 timeout -k 5 150 python3 - "$NAME" "$PROG" <<'EOF'
@@ -28,7 +29,8 @@ import os, re, subprocess, sys, time
 from testbed import Testbed
 
 name, prog = sys.argv[1], sys.argv[2]
-CONFIGS = [(2, 2, 2), (2, 4, 1), (3, 3, 1)]   # hosts, rails, ranks per host
+# hosts, rails, ranks per host, MEND_RESILIENCE (None: default, the resilient net with 2+ NICs)
+CONFIGS = [(2, 2, 2, None), (2, 4, 1, None), (3, 3, 1, None), (2, 2, 2, "0")]
 SIZE, ITERS, WARMUP = 64 << 20, 3, 1
 SHARE_TOL, MGMT_MAX = 0.20, 0.01
 fails = []
@@ -66,13 +68,14 @@ def spread(values):
     return max(abs(v - mean) / mean for v in values) if mean > 0 else float("inf")
 
 links_before = root_links()
-for k, (hosts, rails, ppn) in enumerate(CONFIGS):
-    tag = "h%dx%d_r%d" % (hosts, ppn, rails)
+for k, (hosts, rails, ppn, resil) in enumerate(CONFIGS):
+    tag = "h%dx%d_r%d%s" % (hosts, ppn, rails, "_resilience" + resil if resil else "")
     t0 = time.monotonic()
     with Testbed(hosts, rails, rate="1gbit", prefix=name + chr(97 + k)) as tb:
         before = tb.nic_counters()
         res = tb.launch([prog, "-b", str(SIZE), "-e", str(SIZE), "-c", "1", "-n", str(ITERS),
-                         "-w", str(WARMUP)], ranks_per_host=ppn, timeout=120)
+                         "-w", str(WARMUP)], ranks_per_host=ppn, timeout=120,
+                        env={"MEND_RESILIENCE": resil} if resil else None)
         after = tb.nic_counters()
     out0 = next((r.output or "" for r in res.ranks if r.rank == 0), "")
     check(res.ok and "# Out of bounds values : 0 OK" in out0,
