@@ -31,8 +31,10 @@ BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(BUILDDIR)/obj/%.o)
 # Shared by every perf tool: keep them (make would delete them as intermediates).
 .SECONDARY: $(BENCH_COMMON_OBJ)
 BENCH_C  := $(wildcard benchmarks/*.c)
-BENCHES  := $(BENCH_C:benchmarks/%.c=$(BUILDDIR)/bin/%)
-SHARE    := $(BUILDDIR)/share/mend/testbed.py
+BENCH_PY := $(wildcard benchmarks/*_perf.py)
+BENCHES  := $(BENCH_C:benchmarks/%.c=$(BUILDDIR)/bin/%) $(BENCH_PY:benchmarks/%.py=$(BUILDDIR)/bin/%)
+# The testbed's modules, next to installed launchers (mend-run, failover_perf).
+SHARE    := $(patsubst tests/testbed/%.py,$(BUILDDIR)/share/mend/%.py,$(wildcard tests/testbed/*.py))
 
 HEADER   := $(BUILDDIR)/include/nccl.h
 # Build-time generators: src/<dir>/gen_<x>.py writes $(BUILDDIR)/gen/<dir>/gen_<x>.h (stdout).
@@ -99,21 +101,30 @@ $(BUILDDIR)/bin/%: src/tools/%.py
 	@mkdir -p $(@D)
 	install -m 755 $< $@
 
-$(SHARE): tests/testbed/testbed.py
+$(BUILDDIR)/share/mend/%.py: tests/testbed/%.py
 	@mkdir -p $(@D)
 	install -m 644 $< $@
-tests/testbed/testbed.py: ;
 
 ifeq ($(MPI),1)
 BENCH_FLAGS := -DMPI_SUPPORT $(shell mpicc --showme:compile)
 BENCH_LIBS  := $(shell mpicc --showme:link)
 endif
+# Rebuild the perf tools when MPI= changes: this file holds the flavour they were built with.
+BENCH_FLAVOUR := $(BUILDDIR)/obj/benchmarks/flavour
+$(BENCH_FLAVOUR): FORCE
+	@mkdir -p $(@D)
+	@echo "MPI=$(MPI)" | cmp -s - $@ || echo "MPI=$(MPI)" > $@
+.PHONY: FORCE
 
-$(BUILDDIR)/obj/benchmarks/%.o: benchmarks/%.c | $(HEADER)
+$(BUILDDIR)/obj/benchmarks/%.o: benchmarks/%.c $(BENCH_FLAVOUR) | $(HEADER)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -Ibenchmarks/common -c $< -o $@
 
-$(BUILDDIR)/bin/%: benchmarks/%.c $(BENCH_COMMON_OBJ) $(SHARED) $(BUILDDIR)/lib/$(SONAME)
+$(BUILDDIR)/bin/%: benchmarks/%.py
+	@mkdir -p $(@D)
+	install -m 755 $< $@
+
+$(BUILDDIR)/bin/%: benchmarks/%.c $(BENCH_COMMON_OBJ) $(BENCH_FLAVOUR) $(SHARED) $(BUILDDIR)/lib/$(SONAME)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/bench
 	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -Ibenchmarks/common -MF $(BUILDDIR)/obj/bench/$*.d $< $(BENCH_COMMON_OBJ) \
 	    -o $@ -L$(BUILDDIR)/lib -lnccl $(RUNPATH) $(BENCH_LIBS) $(LIBS)

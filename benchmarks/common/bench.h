@@ -1,6 +1,7 @@
 /* The harness shared by every perf tool: nccl-tests' flags, data, output table and timing.
  *
  * Layers (each file is one of them):
+ *   colls.c   the collectives: counts, busbw factor, NCCL call, test data (one descriptor each)
  *   args.c    command line -> struct benchOpts (no NCCL calls; the peers reuse it)
  *   data.c    element types, test values, expected results, checking (no NCCL calls)
  *   report.c  header, table rows and footer in nccl-tests' format (no NCCL calls)
@@ -102,6 +103,7 @@ struct benchRank {
 /* A collective, described once per tool: counts, bandwidth factor, call, data. */
 struct benchColl {
   const char* name;      /* "AllReduce": used in messages */
+  const char* key;       /* "all_reduce": the tool is <key>_perf */
   int reduces;           /* 1: takes a reduction op (prints its name), 0: prints "none" */
   int rooted;            /* 1: uses -r; 0: prints root -1 */
   int inplaceChecked;    /* 0: in-place results are not checked (N/A), as nccl-tests does */
@@ -118,6 +120,12 @@ struct benchColl {
   size_t (*fillExpected)(void* expected, const struct benchCounts* c, int type, int op, int rank,
                          int nRanks, int root, uint64_t seed);
 };
+
+/* ---- colls.c: the descriptors of every collective the tools measure */
+extern const struct benchColl benchCollAllReduce, benchCollAllGather, benchCollBroadcast,
+    benchCollReduce, benchCollReduceScatter, benchCollSendRecv, benchCollAlltoAll,
+    benchCollGather, benchCollScatter;
+const struct benchColl* benchCollByKey(const char* key);  /* "all_reduce" ...; NULL if unknown */
 
 /* ---- args.c */
 void benchOptsDefaults(struct benchOpts* o);

@@ -2,7 +2,7 @@
  * and the device report. It never uses the library under test, so a broken library cannot hide
  * its own wrong results or hang the bookkeeping.
  *   one process     : nothing to do
- *   MPI (MPI=1)     : MPI_COMM_WORLD
+ *   MPI (MPI=1)     : MPI_COMM_WORLD, when an MPI launcher (mpirun) started the process
  *   env launch      : a TCP star around process 0 (RANK/WORLD_SIZE set, as by mend-run or
  *                     torchrun), at MEND_PERF_CTRL=host:port, else MASTER_ADDR:MASTER_PORT
  *                     (MASTER_PORT+1 under torchrun, whose store holds MASTER_PORT), else
@@ -237,6 +237,37 @@ static int initEnv(struct benchWorld* w) {
   return rank == 0 ? tcpServe(port) : tcpJoin(host, port);
 }
 
+#ifdef MPI_SUPPORT
+/* An MPI build still runs alone or under an env launch (mend-run, torchrun); MPI carries the
+ * control plane only when an MPI launcher started this process. */
+static int launchedByMpi(void) {
+  static const char* const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+    if (getenv(vars[i])) return 1;
+  return 0;
+}
+
+static int initMpi(struct benchWorld* w, int* argc, char*** argv) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited && MPI_Init(argc, argv) != MPI_SUCCESS) {
+    fprintf(stderr, "control plane: MPI_Init failed\n");
+    return -1;
+  }
+  MPI_Comm_size(MPI_COMM_WORLD, &w->nProcs);
+  MPI_Comm_rank(MPI_COMM_WORLD, &w->proc);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->proc, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &w->localRank);
+  MPI_Comm_free(&local);
+  ctrl.kind = ctrlMpi;
+  ctrl.nProcs = w->nProcs;
+  ctrl.proc = w->proc;
+  w->mpi = 1;
+  return 0;
+}
+#endif
+
 int benchCtrlInit(struct benchWorld* w, int* argc, char*** argv, int timeoutSec) {
   memset(w, 0, sizeof(*w));
   w->nProcs = 1;
@@ -249,25 +280,11 @@ int benchCtrlInit(struct benchWorld* w, int* argc, char*** argv, int timeoutSec)
   int sec = envTimeout > 0 ? envTimeout : (timeoutSec > 0 ? 2 * timeoutSec + 30 : 900);
   ctrl.timeoutMs = sec * 1000;
 #ifdef MPI_SUPPORT
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (!inited) MPI_Init(argc, argv);
-  MPI_Comm_size(MPI_COMM_WORLD, &w->nProcs);
-  MPI_Comm_rank(MPI_COMM_WORLD, &w->proc);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->proc, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &w->localRank);
-  MPI_Comm_free(&local);
-  ctrl.kind = ctrlMpi;
-  ctrl.nProcs = w->nProcs;
-  ctrl.proc = w->proc;
-  w->mpi = 1;
-  return 0;
-#else
+  if (launchedByMpi()) return initMpi(w, argc, argv);
+#endif
   (void)argc;
   (void)argv;
   return initEnv(w);
-#endif
 }
 
 static void combine(double* acc, const double* v, int n, int op) {

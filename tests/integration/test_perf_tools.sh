@@ -5,7 +5,7 @@
 #  - -c 1 reports 0 wrong for every type and op; a planted wrong result is caught (#wrong > 0,
 #    FAILED footer, non-zero exit)
 #  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
-#    (env launch, 2 and 4 ranks), mpirun (when Open MPI is installed), the testbed (root only)
+#    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
 #  - mend-run propagates exit codes and timeouts
 # Every command runs under a timeout, so a hang is a failure, not a stuck test run.
 set -u
@@ -57,7 +57,7 @@ run check_all_types_rs "$B/bin/reduce_scatter_perf" -b 256 -e 1K -f 4 -t 3 -d al
 expect_ok check_all_types_rs --coll reduce_scatter --nranks 3
 
 # 4. A planted wrong result must be caught: #wrong > 0, FAILED, non-zero exit.
-for t in all_reduce reduce broadcast alltoall; do
+for t in $TOOLS; do
   MEND_PERF_PLANT_ERROR=1 run "plant_$t" "$B/bin/${t}_perf" -b 64 -e 256 -f 4 -t 2 -r 1 -c 1
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && $CHECK --coll "$t" --nranks 2 --wrong some "$TMP/plant_$t.out" > "$TMP/plant_$t.chk" 2>&1 &&
      grep -q "^# Out of bounds values : [1-9][0-9]* FAILED" "$TMP/plant_$t.out"; then ok "plant_$t"
@@ -80,18 +80,7 @@ done
 run launch_env_threads "$RUN" -np 2 --timeout "$T" "$B/bin/alltoall_perf" -b 1K -e 64K -f 8 -t 2
 expect_ok launch_env_threads --coll alltoall --nranks 4
 
-if command -v mpicc > /dev/null && command -v mpirun > /dev/null; then
-  # The same sources as `make MPI=1`, built here so the test does not rebuild the library.
-  if mpicc -std=c11 -D_GNU_SOURCE -DMPI_SUPPORT -O2 -pthread -I"$B/include" -Ibenchmarks/common \
-       benchmarks/all_reduce_perf.c benchmarks/common/*.c -o "$TMP/all_reduce_perf_mpi" \
-       -L"$B/lib" -lnccl -lm > "$TMP/mpicc.out" 2>&1; then
-    run launch_mpi mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH \
-      "$TMP/all_reduce_perf_mpi" -b 8 -e 64K -f 8 -c 1
-    expect_ok launch_mpi --coll all_reduce --nranks 2
-  else notok launch_mpi "$TMP/mpicc.out"; fi
-else
-  ok launch_mpi "SKIP Open MPI (mpicc, mpirun) not installed"
-fi
+# MPI (mpirun): tests/integration/test_perf_mpi.sh (skipped, exit 77, without Open MPI).
 
 if [ "$(id -u)" -ne 0 ]; then ok launch_testbed "SKIP the testbed needs root"
 elif ! ip netns list > /dev/null 2>&1; then ok launch_testbed "SKIP no network namespaces here"
