@@ -53,7 +53,7 @@ static ncclResult_t takeProbe(struct rnetComm* rc) {
   atomic_store(&rc->probeState, MEND_RNET_PROBE_IDLE);
   for (int p = 0; p < rc->nPaths; p++) {
     if (!((failed >> p) & 1) || !mendRnetPathLive(rc, p)) continue;
-    MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_PROBE, "no progress and the probe did not connect"));
+    MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_PROBE, NULL));
   }
   if ((mask & ~failed) != 0) {
     INFO_SPARSE(MEND_RESIL, 1000, "NET/Resilient: conn %llx to rank %d: no progress for %lld ms but the path answers "

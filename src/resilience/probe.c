@@ -233,7 +233,7 @@ static void scanConns(struct mendResil* r, int64_t now, int64_t delay) {
   if (!r->ctx) return;
   pthread_mutex_lock(&r->ctx->lock);
   for (struct rnetComm* rc = r->ctx->comms; rc; rc = rc->next) {
-    if (!rc->isSend || rc->error != ncclSuccess) continue;
+    if (!rc->isSend || atomic_load(&rc->stage) != RNET_STAGE_READY || rc->error != ncclSuccess) continue;
     for (int p = 0; p < rc->nPaths; p++) {
       struct rnetPath* path = rc->paths + p;
       if (atomic_load(&path->state) != RNET_PATH_DEAD || path->localDev >= r->nDevs) continue;

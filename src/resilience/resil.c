@@ -133,6 +133,26 @@ static void takeAck(struct mendResil* r, int from, uint64_t seq) {
   pthread_mutex_unlock(&r->outLock);
 }
 
+int mendResilDevUsable(struct mendResil* r, int rank, int dev) {
+  if (!r) return 1;
+  if (rank == r->rank && dev >= 0 && dev < r->nDevs && atomic_load(&r->devs[dev].linkUp) == 0) return 0;
+  return mendHealthState(&r->health, rank, dev) != MEND_NIC_DOWN;
+}
+
+int mendResilPickDev(struct mendResil* r, int peer, int dev, int nDevs) {
+  if (!r || nDevs <= 1) return dev;
+  for (int k = 0; k < nDevs; k++) {
+    int d = (dev + k) % nDevs;
+    if (mendResilDevUsable(r, r->rank, d) && mendResilDevUsable(r, peer, d)) {
+      if (d != dev)
+        INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: rank %d: a new connection with rank %d starts on device %d, not %d "
+             "(down at one end)", r->rank, peer, d, dev);
+      return d;
+    }
+  }
+  return dev;
+}
+
 void mendResilNicUp(struct mendResil* r, int rank, int dev) {
   if (!r || mendHealthState(&r->health, rank, dev) == MEND_NIC_UP) return;
   struct mendHealthUpdate u = { .rank = rank, .dev = dev, .state = MEND_NIC_UP, .reporter = r->rank };
@@ -177,8 +197,10 @@ static int housekeep(struct mendResil* r) {
   struct rnetComm* todo[HK_MAX];
   int n = 0;
   pthread_mutex_lock(&r->ctx->lock);
-  for (struct rnetComm* rc = r->ctx->comms; rc && n < HK_MAX; rc = rc->next)
-    if (needsService(rc) && pthread_mutex_trylock(&rc->lock) == 0) todo[n++] = rc;
+  for (struct rnetComm* rc = r->ctx->comms; rc && n < HK_MAX; rc = rc->next) {
+    if (atomic_load(&rc->stage) != RNET_STAGE_READY || !needsService(rc) || pthread_mutex_trylock(&rc->lock)) continue;
+    todo[n++] = rc;
+  }
   pthread_mutex_unlock(&r->ctx->lock);
   /* Each rc stays locked, so it cannot be closed (close takes its lock) until we are done. */
   for (int i = 0; i < n; i++) {

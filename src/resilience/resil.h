@@ -51,6 +51,12 @@ void mendResilForget(struct mendResil* r, struct rnetComm* rc);
 void mendResilLocalize(struct mendResil* r, int localDev, int peer, int remoteDev, int why);
 /* Is local device `dev`'s link up (1), down (0), or unknown (-1)? */
 int mendResilLinkUp(struct mendResil* r, int dev);
+/* Can rank's device carry a new path?  0 when it is ours and its link is down, or when the registry
+ * says it is down; 1 otherwise (also without a service). */
+int mendResilDevUsable(struct mendResil* r, int rank, int dev);
+/* The device a new connection with `peer` should start on: `dev` (the channel's rail) unless it is
+ * unusable at either end, then the next usable one in rail order; `dev` when none is. */
+int mendResilPickDev(struct mendResil* r, int peer, int dev, int nDevs);
 /* A NIC works again (a path over it was rebuilt): mark it up in the registry and tell every rank,
  * unless the registry says so already. */
 void mendResilNicUp(struct mendResil* r, int rank, int dev);

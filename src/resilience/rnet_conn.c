@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "checks.h"
+#include "misc/param.h"
 #include "misc/utils.h"
 #include "resilience/detect.h"
 #include "resilience/resil.h"
@@ -107,6 +108,8 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   pthread_mutex_lock(&ctx->lock);
   rc->connId = ctx->nextConnId++;
   pthread_mutex_unlock(&ctx->lock);
+  /* Listed from the start: a notice the peer sends during our set-up waits in the inbox. */
+  mendRnetCtxAdd(ctx, rc);
   struct rnetHello* me = &rc->area->mine;
   me->magic = RNET_MAGIC;
   me->nDevs = capDevs(ctx->nDevs);
@@ -115,6 +118,12 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   me->connId = rc->connId;
   *out = rc;
   return ncclSuccess;
+}
+
+/* How long backups get to connect once the hellos are exchanged. */
+static int64_t backupBoundMs(void) {
+  int64_t b = 4 * mendParamProbeTimeout();
+  return b < 3000 ? 3000 : b;
 }
 
 /* Check the peer's hello and lay out the paths (both ends compute the same chain). */
@@ -135,8 +144,14 @@ static ncclResult_t planPaths(struct rnetComm* rc, int myPrimary, int myDevs, ui
     path->remoteDev = (peer->primary + i) % peer->nDevs;
     memcpy(path->handle, peer->handles[path->remoteDev], MEND_NET_HANDLE_MAXSIZE);
     int usable = ((peer->validMask >> path->remoteDev) & 1) && ((myMask >> path->localDev) & 1);
+    /* A NIC known down at either end would only stall the set-up (the primary is chosen usable). */
+    struct mendResil* r = rc->ctx->resil;
+    if (i > 0 && r && (!mendResilDevUsable(r, rc->ctx->rank, path->localDev) || !mendResilDevUsable(r, rc->peerRank, path->remoteDev)))
+      usable = 0;
     atomic_store(&path->state, usable ? RNET_PATH_CONNECTING : RNET_PATH_DEAD);
+    if (!usable) path->deadSinceMs = mendTimeMs();
   }
+  rc->deadlineMs = mendTimeMs() + backupBoundMs();
   return ncclSuccess;
 }
 
@@ -157,29 +172,61 @@ static ncclResult_t hsTest(struct rnetComm* rc, int i, int* done) {
   return ncclSuccess;
 }
 
-/* Backup paths: the sender connects data and accepts ctrl; the receiver the reverse.  *left gets the
- * count still in progress. */
+/* A backup that cannot be set up does not hold the connection back: it starts dead (the peer is told,
+ * so both ends agree) and fail-back rebuilds it once its NICs answer probes. */
+static void backupDead(struct rnetComm* rc, int i, const char* why) {
+  INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: conn %llx with rank %d: backup path %d (device %d) %s; it starts dead",
+       (unsigned long long)rc->connId, rc->peerRank, i, rc->paths[i].localDev, why);
+  mendRnetPathClose(rc, i);
+  atomic_store(&rc->paths[i].state, RNET_PATH_DEAD);
+  rc->paths[i].deadSinceMs = mendTimeMs();
+  rc->paths[i].deadCause = MEND_RNET_KILL_ERROR;
+  mendRnetNotify(rc, RNET_NOTE_KILL, i, MEND_RNET_KILL_ERROR, NULL);
+}
+
+/* One path of the set-up: the sender connects data and accepts ctrl; the receiver the reverse.
+ * Returns 1 when the path is finished (connected or, for a backup, given up). */
+static int connectPath(struct rnetComm* rc, int i, void** listens, ncclResult_t* res) {
+  struct rnetCtx* ctx = rc->ctx;
+  struct rnetPath* path = rc->paths + i;
+  void** out = rc->isSend ? &path->data : &path->ctrl;   /* what we connect */
+  void** in = rc->isSend ? &path->ctrl : &path->data;    /* what we accept */
+  ncclResult_t r = ncclSuccess;
+  if (!*out && (i > 0 || !rc->isSend)) r = ctx->base->connect(ctx->baseCtx, path->localDev, path->handle, out);
+  if (r == ncclSuccess && !*in && i > 0) r = ctx->base->accept(listens[path->localDev], in);
+  if (r == ncclSuccess && path->data) r = mendRnetRegArea(rc, path->data, &path->dataArea);
+  if (r == ncclSuccess && path->ctrl) r = mendRnetRegArea(rc, path->ctrl, &path->ctrlArea);
+  if (r != ncclSuccess) {
+    if (i == 0) {
+      *res = r;
+      return 1;
+    }
+    backupDead(rc, i, "could not be connected");
+    return 1;
+  }
+  if (path->data && path->ctrl) {
+    atomic_store(&path->state, i == 0 ? RNET_PATH_ACTIVE : RNET_PATH_IDLE);
+    path->confirmed = 1;  /* set-up finishes every path on both ends before either end uses it */
+    return 1;
+  }
+  if (i > 0 && mendTimeMs() > rc->deadlineMs) {
+    backupDead(rc, i, "did not connect in time");
+    return 1;
+  }
+  return 0;
+}
+
+/* Every path still connecting; *left gets the count in progress. */
 static ncclResult_t connectBackups(struct rnetComm* rc, void** listens, int* left) {
   *left = 0;
-  struct rnetCtx* ctx = rc->ctx;
-  for (int i = 0; i < rc->nPaths; i++) {
-    struct rnetPath* path = rc->paths + i;
-    if (atomic_load(&path->state) != RNET_PATH_CONNECTING) continue;
-    void** out = rc->isSend ? &path->data : &path->ctrl;   /* what we connect */
-    void** in = rc->isSend ? &path->ctrl : &path->data;    /* what we accept */
-    if (!*out && (i > 0 || !rc->isSend)) MENDCHECK(ctx->base->connect(ctx->baseCtx, path->localDev, path->handle, out));
-    if (!*in && i > 0) MENDCHECK(ctx->base->accept(listens[path->localDev], in));
-    if (path->data) MENDCHECK(mendRnetRegArea(rc, path->data, &path->dataArea));
-    if (path->ctrl) MENDCHECK(mendRnetRegArea(rc, path->ctrl, &path->ctrlArea));
-    if (path->data && path->ctrl) {
-      atomic_store(&path->state, i == 0 ? RNET_PATH_ACTIVE : RNET_PATH_IDLE);
-      path->confirmed = 1;  /* set-up finishes every path on both ends before either end uses it */
-    } else {
-      (*left)++;
-    }
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < rc->nPaths && res == ncclSuccess; i++) {
+    if (atomic_load(&rc->paths[i].state) != RNET_PATH_CONNECTING) continue;
+    if (!connectPath(rc, i, listens, &res)) (*left)++;
   }
-  return ncclSuccess;
+  return res;
 }
+
 
 static void logReady(struct rnetComm* rc) {
   char chain[64] = "";
@@ -196,10 +243,9 @@ static ncclResult_t finishSetup(struct rnetComm* rc) {
     WARN("NET/Resilient: the primary path of conn %llx is not usable", (unsigned long long)rc->connId);
     return ncclSystemError;
   }
-  rc->stage = RNET_STAGE_READY;
+  atomic_store(&rc->stage, RNET_STAGE_READY);
   rc->active = 0;
   rc->lastProgressMs = mendTimeMs();
-  mendRnetCtxAdd(rc->ctx, rc);
   logReady(rc);
   return ncclSuccess;
 }
@@ -261,8 +307,10 @@ ncclResult_t mendRnetConnect(void* vctx, int dev, void* handle, void** sendComm)
   MENDARGCHECK(dev >= 0 && dev < nDevs, ncclInvalidArgument, "NET/Resilient: connect: device %d of %d", dev, nDevs);
   struct rnetComm* rc = h->stage;
   if (!rc) {
-    MENDCHECK(newComm(ctx, 1, dev, &rc));
-    ncclResult_t res = listenAll(ctx, dev, nDevs, rc->listens, rc->area->mine.handles, &rc->area->mine.validMask);
+    /* The receiver chose the primary (rails: the same device index at both ends). */
+    int primary = h->dev < nDevs ? h->dev : dev;
+    MENDCHECK(newComm(ctx, 1, primary, &rc));
+    ncclResult_t res = listenAll(ctx, primary, nDevs, rc->listens, rc->area->mine.handles, &rc->area->mine.validMask);
     if (res != ncclSuccess) {
       h->stage = rc;
       mendRnetCloseSend(rc);
@@ -271,7 +319,9 @@ ncclResult_t mendRnetConnect(void* vctx, int dev, void* handle, void** sendComm)
     }
     h->stage = rc;
   }
+  pthread_mutex_lock(&rc->lock);
   ncclResult_t res = sendSetup(rc, h);
+  pthread_mutex_unlock(&rc->lock);
   if (res != ncclSuccess) {
     WARN("NET/Resilient: connect on device %d failed (error %d)", dev, res);
     h->stage = NULL;
@@ -340,7 +390,9 @@ ncclResult_t mendRnetAccept(void* listenComm, void** recvComm) {
     }
   }
   struct rnetComm* rc = lc->rc;
+  pthread_mutex_lock(&rc->lock);
   ncclResult_t res = recvSetup(rc, lc);
+  pthread_mutex_unlock(&rc->lock);
   if (res != ncclSuccess) {
     WARN("NET/Resilient: accept on device %d failed (error %d)", lc->dev, res);
     lc->rc = NULL;
@@ -387,7 +439,7 @@ void mendRnetPathClose(struct rnetComm* rc, int p) {
 
 static ncclResult_t closeComm(struct rnetComm* rc) {
   if (!rc) return ncclSuccess;
-  if (rc->stage == RNET_STAGE_READY) mendRnetCtxRemove(rc->ctx, rc);
+  mendRnetCtxRemove(rc->ctx, rc);
   /* The service may be progressing us (it holds our lock): wait for it; it cannot find us again. */
   pthread_mutex_lock(&rc->lock);
   pthread_mutex_unlock(&rc->lock);

@@ -178,8 +178,8 @@ struct rnetComm {
   uint64_t connId;                                /* our id (OOB notices name it) */
   uint64_t peerConnId;                            /* the peer's id of this connection */
   int peerRank;                                   /* the peer's rank (-1: unknown) */
-  int stage;                                      /* enum rnetStage */
-  int64_t deadlineMs;                             /* handshake gives up after this */
+  _Atomic int stage;                              /* enum rnetStage (the service skips comms not READY) */
+  int64_t deadlineMs;                             /* backups not connected by then start dead */
   int nPaths;                                     /* paths (primary first, then the failover chain) */
   struct rnetPath paths[MEND_RNET_MAX_PATHS];     /* [0] primary */
   int active;                                     /* path carrying traffic; -1: none (sender: waiting for a RESUME) */

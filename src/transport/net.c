@@ -16,6 +16,7 @@
 #include "checks.h"
 #include "misc/utils.h"
 #include "proxy.h"
+#include "resilience/resil.h"
 
 struct netConn {
   struct mendProxyConn pc;            /* first: the proxy's handle on us */
@@ -123,6 +124,9 @@ static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, 
     WARN("NET: channel %d of rank %d has no NIC", conn->channel, comm->rank);
     return ncclInternalError;
   }
+  /* Resilient: a NIC that is down at either end does not start a new connection (the receiver's
+   * choice travels in its handle; the sender follows it). */
+  if (t->baseNet && comm->resil) nc->dev = mendResilPickDev(comm->resil, conn->peer, nc->dev, comm->topo->nNics);
   nc->pc.progress = conn->dir == MEND_SEND ? sendProgress : recvProgress;
   nc->nicBytes = conn->dir == MEND_SEND ? &t->nicTx[nc->dev] : &t->nicRx[nc->dev];
   int err = posix_memalign(&nc->mem, MEND_CONN_HDR_BYTES, mendConnMemBytes(t));
