@@ -1,8 +1,9 @@
 /*
  * Every collective through the public API, one rank per process (fork + exec of this program),
  * for 2, 3, 4 and 8 ranks, over shared memory and over sockets (NCCL_SHM_DISABLE=1, a different
- * NCCL_HOSTID per rank, NCCL_SOCKET_IFNAME=lo).  Each child checks its own results and reports
- * failures on stdout ("# ..." lines); the parent prints one TAP line per configuration and part.
+ * NCCL_HOSTID per rank, NCCL_SOCKET_IFNAME=lo), plus the CPU a rank uses while it waits for a late
+ * peer.  Each child checks its own results and reports failures on stdout ("# ..." lines); the
+ * parent prints one TAP line per configuration and part.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,6 +147,15 @@ static void copies(size_t bytes, int inPlace, int root) {
   for (size_t i = 0; i < bytes; i++) bsend[i] = rank == root ? pat(root, i) : 0;
   NCCLOK(ncclBroadcast(bsend, brecv, bytes, ncclUint8, root, comm, NULL));
   checkBytes(brecv, root, 0, bytes, "Broadcast");
+  /* Bcast (in place by definition) */
+  for (size_t i = 0; i < bytes; i++) a[i] = rank == root ? pat(root, i) ^ 0x5a : 0;
+  NCCLOK(ncclBcast(a, bytes, ncclUint8, root, comm, NULL));
+  for (size_t i = 0; i < bytes; i++) {
+    if (a[i] != (unsigned char)(pat(root, i) ^ 0x5a)) {
+      CHECK(0, "Bcast: byte %zu is %u, want %u", i, a[i], (unsigned char)(pat(root, i) ^ 0x5a));
+      break;
+    }
+  }
   /* AlltoAll: block p of my send goes to rank p */
   for (size_t i = 0; i < total; i++) a[i] = pat(rank, i);
   unsigned char* arecv = inPlace ? a : b;
@@ -213,6 +224,32 @@ static void mixedGroup(size_t count) {
   free(ag);
 }
 
+static double cpuSeconds(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Waiting does not burn CPU: the last rank comes 1 s late to an AllReduce; the others, blocked in it,
+ * must use a small fraction of one core (whole process: engine, proxy and bootstrap threads). */
+static void idleWait(void) {
+  float x[256];
+  for (int i = 0; i < 256; i++) x[i] = 1;
+  NCCLOK(ncclAllReduce(x, x, 256, ncclFloat, ncclSum, comm, NULL)); /* connections are up */
+  if (rank == nranks - 1) usleep(1000 * 1000);
+  double c0 = cpuSeconds(), t0 = mtNow();
+  for (int i = 0; i < 256; i++) x[i] = 1;
+  NCCLOK(ncclAllReduce(x, x, 256, ncclFloat, ncclSum, comm, NULL));
+  double cpu = cpuSeconds() - c0, wall = mtNow() - t0;
+  CHECK(x[0] == (float)nranks && x[255] == (float)nranks, "AllReduce after the wait: %g", x[0]);
+  if (rank != nranks - 1) {
+    CHECK(wall > 0.8, "the AllReduce returned after %.3f s, before the late rank came", wall);
+    CHECK(cpu < 0.12 * wall, "%.3f s of CPU while blocked for %.3f s", cpu, wall);
+    printf("# rank %d: %.3f s CPU while blocked for %.3f s\n", rank, cpu, wall);
+  }
+}
+
 static int child(int argc, char** argv) {
   rank = atoi(argv[2]);
   nranks = atoi(argv[3]);
@@ -238,6 +275,8 @@ static int child(int argc, char** argv) {
     }
   } else if (strcmp(part, "copy") == 0) {
     for (int c = 0; c < 5; c++) copies(counts[c] + 3, c % 2, c % nranks);
+  } else if (strcmp(part, "idle") == 0) {
+    idleWait();
   } else {
     mixedGroup(1000);
     mixedGroup(200003);
@@ -337,6 +376,7 @@ int main(int argc, char** argv) {
     for (int s = 0; s < 4; s++) {
       for (int p = 0; p < 3; p++) runConfig("/proc/self/exe", sizes[s], net, parts[p]);
     }
+    runConfig("/proc/self/exe", 4, net, "idle");
   }
   return mtExitCode();
 }
