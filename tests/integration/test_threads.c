@@ -2,12 +2,15 @@
  * Several ranks in one process: ncclCommInitAll with 1..8 ranks, then collectives and send/recv
  * driven (a) from ONE thread inside a group over every communicator (as nccl-tests -t1 -g8 does)
  * and (b) from one thread per rank.  Results are checked; a watchdog turns a hang into a failure.
+ * Also: a rank blocked on a late peer thread sleeps instead of spinning.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "mendtest.h"
 #include "nccl.h"
@@ -143,6 +146,54 @@ static void nThreads(ncclComm_t* comms, int n, size_t count) {
   mtResult(ok, name, "%s", why);
 }
 
+struct lateRank {
+  ncclComm_t comm;   /* the late rank's communicator */
+  float* buf;        /* its buffer */
+  ncclResult_t res;  /* its AllReduce result */
+};
+
+static void* lateMain(void* p) {
+  struct lateRank* l = p;
+  usleep(1000 * 1000);
+  l->res = ncclAllReduce(l->buf, l->buf, 1000, ncclFloat, ncclSum, l->comm, NULL);
+  return NULL;
+}
+
+static double threadCpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A rank blocked in an AllReduce on a peer thread that comes 1 s late sleeps instead of spinning. */
+static void waitCpu(void) {
+  ncclComm_t comms[2];
+  float a[1000], b[1000];
+  for (int i = 0; i < 1000; i++) a[i] = b[i] = 1;
+  ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
+  if (res != ncclSuccess) {
+    mtResult(0, "threads_wait_does_not_spin", "ncclCommInitAll: %s", ncclGetErrorString(res));
+    return;
+  }
+  ncclGroupStart(); /* connections are up before the measured call */
+  ncclAllReduce(a, a, 1000, ncclFloat, ncclSum, comms[0], NULL);
+  ncclAllReduce(b, b, 1000, ncclFloat, ncclSum, comms[1], NULL);
+  ncclGroupEnd();
+  struct lateRank late = {.comm = comms[1], .buf = b};
+  pthread_t th;
+  pthread_create(&th, NULL, lateMain, &late);
+  double c0 = threadCpu(), t0 = mtNow();
+  res = ncclAllReduce(a, a, 1000, ncclFloat, ncclSum, comms[0], NULL);
+  double cpu = threadCpu() - c0, wall = mtNow() - t0;
+  pthread_join(th, NULL);
+  mtResult(res == ncclSuccess && late.res == ncclSuccess && a[0] == 4 && b[999] == 4 && wall > 0.8 && cpu < 0.1 * wall,
+           "threads_wait_does_not_spin", "%s/%s, result %g %g, %.3f s CPU over %.3f s", ncclGetErrorString(res),
+           ncclGetErrorString(late.res), a[0], b[999], cpu, wall);
+  printf("# %.3f s of CPU while blocked for %.3f s\n", cpu, wall);
+  ncclCommDestroy(comms[0]);
+  ncclCommDestroy(comms[1]);
+}
+
 int main(void) {
   mtWatchdog(300);
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -166,5 +217,6 @@ int main(void) {
     snprintf(name, sizeof name, "threads_destroy_%dranks", n);
     mtResult(okDestroy, name, "ncclCommDestroy failed");
   }
+  waitCpu();
   return mtExitCode();
 }
