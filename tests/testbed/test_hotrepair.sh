@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Hot repair on the testbed: NIC down, link down, black hole, flapping, two NICs lost on one host,
+# NICs lost on two hosts on different rails, fail-back, three-point localization, a stopped rank
+# (no failover), and the last path lost (a clear error, no hang): every collective result checked
+# exactly.  The scenarios live in hotrepair.py (also runnable by hand, one at a time).
+# Exit: 0 pass, 1 fail, 77 skip (not root / no network namespaces).
+set -u
+HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/testlib.sh"
+tb_require
+
+B="${MEND_BUILDDIR:-${BUILDDIR:-$HERE/../../build}}"
+B="$(cd "$B" 2>/dev/null && pwd)"
+if [ ! -x "$B/bin/all_reduce_perf" ]; then echo "not ok hotrepair: perf tools built ($B/bin missing)"; exit 1; fi
+
+timeout -k 10 420 python3 "$HERE/hotrepair.py" --builddir "$B" &
+pid=$!
+wait "$pid"; rc=$?
+[ "$rc" = 124 ] && echo "not ok hotrepair: scenarios finished within 420 s"
+# Testbeds are named mt<owner pid % 10000><letter>: nothing of ours may be left.
+left=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^mt$((pid % 10000))[a-z]*(sw|h[0-9]+)$")
+if [ -n "$left" ]; then
+  echo "not ok hotrepair: no namespace left behind ($(echo $left))"
+  python3 "$TB" cleanup >/dev/null 2>&1
+  exit 1
+fi
+echo "ok hotrepair: no namespace left behind"
+exit "$rc"
