@@ -9,6 +9,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -909,6 +911,90 @@ TEST(TuningChoice, FollowsEnvAndModel) {
     ASSERT_EQ(mendTuneColl(w.comm(0), pl, &op, c.bytes, &ch), ncclSuccess);
     EXPECT_EQ(ch.algo, MEND_ALGO_RING) << "AllGather has only the ring";
   }
+}
+
+namespace {
+mendChoice choose(ncclComm_t comm, int func, size_t bytes) {
+  mendOp op = {};
+  op.func = func;
+  op.comm = comm;
+  op.count = bytes / 4;
+  op.type = ncclFloat;
+  op.root = func == MEND_FUNC_BROADCAST || func == MEND_FUNC_REDUCE ? 0 : -1;
+  int n = 0;
+  EXPECT_EQ(ncclCommCount(comm, &n), ncclSuccess);
+  EXPECT_EQ(mendRedOpResolve(ncclSum, ncclFloat, n, &op.redop), ncclSuccess);
+  mendPlanner* pl = nullptr;
+  EXPECT_EQ(mendPlannerGet(comm, &pl), ncclSuccess);
+  mendChoice ch = {};
+  EXPECT_EQ(mendTuneColl(comm, pl, &op, bytes, &ch), ncclSuccess);
+  return ch;
+}
+}  // namespace
+
+// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS bound the channels a call uses (within the channels the
+// communicator has); NCCL_BUFFSIZE sets the FIFO slot, which caps the chunk.  Results stay right.
+TEST(TuningChoice, ChannelLimitsAndBuffsize) {
+  World w(4, 8, 64 * 1024);
+  const size_t big = (size_t)64 << 20, small = 64;
+  EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, big).nChannels, 8) << "large calls use every channel";
+  EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, small).nChannels, 1);
+  EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, big).chunkBytes, (size_t)4194304 / 8) << "default NCCL_BUFFSIZE";
+  {
+    ScopedEnv maxCh("NCCL_MAX_NCHANNELS", "2");
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, big).nChannels, 2);
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLGATHER, big).nChannels, 2);
+  }
+  {
+    ScopedEnv minCh("NCCL_MIN_NCHANNELS", "5");
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, small).nChannels, 5);
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_BROADCAST, small).nChannels, 5);
+  }
+  {
+    ScopedEnv minCh("NCCL_MIN_NCHANNELS", "32");
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, small).nChannels, 8) << "capped by the channels that exist";
+  }
+  {
+    ScopedEnv buff("NCCL_BUFFSIZE", "65536");
+    mendChoice ch = choose(w.comm(0), MEND_FUNC_ALLREDUCE, big);
+    EXPECT_EQ(ch.chunkBytes, (size_t)65536 / 8);
+    ScopedEnv algo("NCCL_ALGO", "ring");
+    ScopedEnv maxCh("NCCL_MAX_NCHANNELS", "1");
+    for (int t : {ncclFloat32, ncclInt64})
+      for (bool inPlace : {false, true}) runColl(w, MEND_FUNC_ALLREDUCE, t, OP_SUM, 70001, inPlace, -1, "ring");
+  }
+}
+
+// NCCL_DEBUG_SUBSYS=TUNING shows the cost model's choice for every collective, and only then.
+TEST(TuningLog, ChoiceShownWithTuningSubsys) {
+  char dir[] = "/tmp/mend-tuning-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/log";
+  auto runAndRead = [&](const char* subsys) {
+    ScopedEnv level("NCCL_DEBUG", "INFO");
+    ScopedEnv sub("NCCL_DEBUG_SUBSYS", subsys);
+    ScopedEnv file("NCCL_DEBUG_FILE", path.c_str());
+    ncclResetDebugInit();
+    {
+      World w(3);
+      runColl(w, MEND_FUNC_ALLREDUCE, ncclFloat32, OP_SUM, 1000, false, -1, nullptr);
+      runColl(w, MEND_FUNC_ALLGATHER, ncclInt8, -1, 5000, false, -1, nullptr);
+    }
+    ncclResetDebugInit();  // closes the file
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  std::string tuning = runAndRead("TUNING");
+  EXPECT_NE(tuning.find("NCCL INFO AllReduce: 4000 Bytes -> Algo "), std::string::npos) << tuning;
+  EXPECT_NE(tuning.find("NCCL INFO AllGather: 15000 Bytes -> Algo Ring proto Simple channels "), std::string::npos)
+      << tuning;
+  EXPECT_NE(tuning.find("(ring "), std::string::npos) << "both candidates' costs are shown";
+  EXPECT_EQ(tuning.find("opCount"), std::string::npos) << "no COLL lines at TUNING";
+  std::string coll = runAndRead("COLL");
+  EXPECT_EQ(coll.find("-> Algo"), std::string::npos) << coll;
+  EXPECT_NE(coll.find("AllReduce: opCount"), std::string::npos) << coll;
+  std::string cmd = std::string("rm -rf ") + dir;
+  ASSERT_EQ(system(cmd.c_str()), 0);
 }
 
 TEST(TuningSimulate, GroupSimulateEnd) {
