@@ -3,6 +3,21 @@
 set -u
 cd "$(dirname "$0")/../.."
 B=${MEND_BUILDDIR:-build}
+# make install PREFIX=...: library, symlinks, static library, header, pkg-config file, tools.
+I=$(mktemp -d); trap 'rm -rf "$I"' EXIT
+if out=$(make -s BUILDDIR="$B" PREFIX="$I/usr" install 2>&1); then
+  l="$I/usr/lib"
+  if [ -f "$l/libnccl.so.2.28.9" ] && [ "$(readlink "$l/libnccl.so.2")" = libnccl.so.2.28.9 ] \
+     && [ "$(readlink "$l/libnccl.so")" = libnccl.so.2 ] && [ -f "$l/libnccl_static.a" ] \
+     && [ -f "$I/usr/include/nccl.h" ] && grep -q "^prefix=$I/usr" "$l/pkgconfig/nccl.pc" \
+     && grep -q '^Version: 2.28.9' "$l/pkgconfig/nccl.pc" && [ -x "$I/usr/bin/mend-info" ]; then
+    echo "ok make_install_layout"
+  else
+    echo "not ok make_install_layout: $(cd "$I" && find . | sort | tr '\n' ' ')"
+  fi
+else
+  echo "not ok make_install_layout: $out"
+fi
 command -v dpkg-deb >/dev/null || { echo "ok pkg # SKIP no dpkg-deb"; exit 0; }
 out=$(BUILDDIR="$B" bash pkg/debian/build.sh 2>&1) || { echo "not ok pkg_debian_build: $out"; exit 1; }
 run=$(echo "$out" | grep 'libnccl2-mend_.*\.deb$'); dev=$(echo "$out" | grep 'libnccl-mend-dev_.*\.deb$')
