@@ -5,8 +5,9 @@
  *  - Abort sets the abort flag first, so every wait in every layer returns, then frees without
  *    waiting for any peer; threads that do not stop within MEND_ABORT_TIMEOUT are left (and the
  *    memory they use is not freed) rather than waited for.
- *  - Revoke stops in-flight work for good (abort flag) but keeps the bootstrap, so split and
- *    shrink still work; only destroy or abort may follow (finalize is invalid).
+ *  - Revoke stops in-flight work for good (abort flag, waiting until operations on other threads
+ *    have returned) but keeps the bootstrap, so split and shrink still work; only destroy, split,
+ *    shrink or abort may follow (finalize is invalid).
  */
 #include "api.h"
 #include "bootstrap.h"
@@ -53,6 +54,17 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
   mendMemReleaseComm(comm);
   mendCommFree(comm);
   return abort ? ncclSuccess : res;
+}
+
+void mendCommStopInflight(struct ncclComm* comm, const char* api) {
+  atomic_store(&comm->abortFlag, 1);
+  if (comm->bell) mendBellRing(comm->bell);
+  /* The bootstrap still watches the flag here, so a connect of an operation on another thread that
+   * waits for a lost peer stops too; only then may the bootstrap ignore the flag for good. */
+  if (!mendCommWaitIdle(comm, mendParamAbortTimeout()))
+    WARN("%s: comm %p: operations on another thread did not stop within %lld ms", api, (void*)comm,
+         (long long)mendParamAbortTimeout());
+  mendBootstrapDetachAbort(comm->bootstrap);
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
@@ -103,9 +115,7 @@ ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   if (state == MEND_COMM_REVOKED) return ncclSuccess;
   MENDARGCHECK(state == MEND_COMM_READY, ncclInvalidUsage,
                "ncclCommRevoke: communicator %p is not ready (initializing, finalized or failed)", (void*)comm);
-  /* Keep the out-of-band network alive for split/shrink, then stop everything else for good. */
-  mendBootstrapDetachAbort(comm->bootstrap);
-  atomic_store(&comm->abortFlag, 1);
+  mendCommStopInflight(comm, "ncclCommRevoke");
   atomic_store(&comm->state, MEND_COMM_REVOKED);
   INFO(NCCL_INIT, "comm %p rank %d - Revoke COMPLETE", (void*)comm, comm->rank);
   return ncclSuccess;

@@ -191,8 +191,7 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
   MENDCHECK(survivors(comm, excludeRanksList, excludeRanksCount, &members, &count, &myRank));
   if (shrinkFlags & NCCL_SHRINK_ABORT) {
     /* Stop the parent's in-flight work for good; its bootstrap stays up to build the child. */
-    mendBootstrapDetachAbort(comm->bootstrap);
-    atomic_store(&comm->abortFlag, 1);
+    mendCommStopInflight(comm, "ncclCommShrink");
     atomic_store(&comm->state, MEND_COMM_REVOKED);
   }
   struct ncclComm* child = NULL;

@@ -49,6 +49,11 @@ void mendInitSetOutcome(struct ncclComm* comm, ncclResult_t res);
 /* Release every layer: orderly (abort == 0) or at once (abort == 1), then the memory. */
 ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort);
 
+/* Stop in-flight work for good (ncclCommRevoke, ncclCommShrink with NCCL_SHRINK_ABORT): set the abort
+ * flag, wait (bounded) until operations on other threads returned, then keep the bootstrap usable for
+ * split and shrink. */
+void mendCommStopInflight(struct ncclComm* comm, const char* api);
+
 /* mem.c: registrations left by a communicator being destroyed. */
 void mendMemReleaseComm(struct ncclComm* comm);
 

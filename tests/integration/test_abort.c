@@ -4,6 +4,8 @@
  *   - ncclCommAbort returns within 1 s, also while another thread of theirs is blocked in an
  *     AllReduce that waits for the lost rank (that call then returns an error, also within 1 s);
  *   - ncclCommDestroy with a stopped peer returns in bounded time;
+ *   - ncclCommRevoke likewise stops a blocked AllReduce, and ncclCommShrink then rebuilds the
+ *     communicator without the lost rank;
  *   - a non-blocking init whose peer never arrives is ended by ncclCommAbort within 1 s.
  * Over shared memory and over sockets.  The parent SIGCONTs/kills a stopped rank once the others
  * are done.
@@ -85,6 +87,38 @@ static void scInflight(int rank, int n, const char* dir, int dead) {
   free(b.buf);
 }
 
+/* Survivors: ncclCommRevoke stops an AllReduce blocked on the stopped rank (in time), then
+ * ncclCommShrink builds a communicator without it, which works; the parent is destroyed last. */
+static void scRevokeShrink(int rank, int n, const char* dir) {
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  if (rank == n - 1) loseSelf(0);
+  struct blocked b = {.comm = comm, .buf = calloc(COUNT, sizeof(float))};
+  CK(b.buf != NULL);
+  pthread_t th;
+  CK(pthread_create(&th, NULL, blockedMain, &b) == 0);
+  usleep(300 * 1000);
+  CK(!b.done);
+  double t0 = mtNow();
+  CKOK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  CK(mtNow() - t0 < ABORT_BOUND_S);
+  while (!b.done && mtNow() - t0 < 5.0) usleep(1000);
+  CK(b.done && b.res != ncclSuccess && b.doneAt - t0 < ABORT_BOUND_S);
+  CK(pthread_join(th, NULL) == 0);
+  int excl[1] = {n - 1};
+  ncclComm_t child = NULL;
+  CKOK(ncclCommShrink(comm, excl, 1, &child, NULL, NCCL_SHRINK_DEFAULT));
+  for (int i = 0; i < COUNT; i++) b.buf[i] = (float)(rank + 1);
+  CKOK(ncclAllReduce(b.buf, b.buf, COUNT, ncclFloat, ncclSum, child, NULL));
+  for (int i = 0; i < COUNT; i++) CK(b.buf[i] == (float)(n * (n - 1) / 2));
+  usleep(300 * 1000); /* the peer finishes receiving before our sockets close (destroy waits for no peer) */
+  CKOK(ncclCommDestroy(child));
+  t0 = mtNow();
+  ncclResult_t r = ncclCommDestroy(comm);
+  CK(r == ncclSuccess || r == ncclRemoteError);
+  CK(mtNow() - t0 < 5.0);
+  free(b.buf);
+}
+
 /* Survivors: nothing in flight; abort (after the peer is gone) returns in time. */
 static void scIdle(int rank, int n, const char* dir, int dead) {
   ncclComm_t comm = initFromFile(rank, n, dir);
@@ -143,6 +177,7 @@ static int child(int argc, char** argv) {
   else if (strcmp(sc, "idle_dead") == 0) scIdle(rank, n, dir, 1);
   else if (strcmp(sc, "destroy_stopped") == 0) scDestroyStopped(rank, n, dir);
   else if (strcmp(sc, "init_missing") == 0) scInitMissing(rank, n, dir);
+  else if (strcmp(sc, "revoke_shrink") == 0) scRevokeShrink(rank, n, dir);
   else {
     fprintf(stderr, "unknown scenario %s\n", sc);
     return 2;
@@ -193,7 +228,8 @@ int main(int argc, char** argv) {
     return mtExitCode();
   }
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
-  const char* scs[] = {"inflight_stopped", "inflight_dead", "idle_stopped", "idle_dead", "destroy_stopped"};
+  const char* scs[] = {"inflight_stopped", "inflight_dead", "idle_stopped", "idle_dead", "destroy_stopped",
+                       "revoke_shrink"};
   for (int t = 0; t < 2; t++) {
     for (size_t s = 0; s < sizeof(scs) / sizeof(scs[0]); s++) {
       char name[96];
