@@ -4,8 +4,10 @@
  * calling ncclGetUniqueId, ncclCommInitRankScalable with several roots, several inits in one group
  * from one thread and from several threads, non-blocking init/split/shrink/finalize, ncclCommSplit
  * (NOCOLOR, key order, inherited config), ncclCommShrink (default and abort, around a dead rank),
- * ncclCommRevoke, finalize.  Every communicator made is checked with a real AllReduce/AllGather.
+ * ncclCommRevoke, finalize, NCCL_HOSTID.  Every communicator made is checked with a real
+ * AllReduce/AllGather.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include "mp_util.h"
@@ -353,6 +355,24 @@ static void scFinalize(int rank, int n, const char* dir) {
   CKOK(ncclCommDestroy(comm));
 }
 
+/* NCCL_HOSTID decides which ranks share a host (network namespaces share a hostname): 4 ranks as
+ * 2 hosts x 2.  The host layout is read back through the exported device-API team queries. */
+typedef struct { int nRanks, rank, stride; } team_t; /* NCCL 2.28's ncclTeam_t */
+static void scHostId(int rank, int n, const char* dir) {
+  char host[32];
+  snprintf(host, sizeof host, "mend-test-host-%d", rank / 2);
+  setenv("NCCL_HOSTID", host, 1);
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  team_t (*lsa)(ncclComm_t) = (team_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclTeamLsa");
+  team_t (*rail)(ncclComm_t) = (team_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclTeamRail");
+  CK(lsa != NULL && rail != NULL);
+  team_t local = lsa(comm), hosts = rail(comm);
+  CK(local.nRanks == 2 && local.rank == rank % 2);
+  CK(hosts.nRanks == n / 2 && hosts.rank == rank / 2);
+  checkAllReduce(comm);
+  CKOK(ncclCommDestroy(comm));
+}
+
 static int child(int argc, char** argv) {
   const char* sc = argv[2];
   int rank = atoi(argv[3]), n = atoi(argv[4]);
@@ -370,6 +390,7 @@ static int child(int argc, char** argv) {
   else if (strcmp(sc, "shrink_abort") == 0) scShrinkAbort(rank, n, dir);
   else if (strcmp(sc, "revoke") == 0) scRevoke(rank, n, dir);
   else if (strcmp(sc, "finalize") == 0) scFinalize(rank, n, dir);
+  else if (strcmp(sc, "hostid") == 0) scHostId(rank, n, dir);
   else {
     fprintf(stderr, "unknown scenario %s\n", sc);
     return 2;
@@ -422,5 +443,7 @@ int main(int argc, char** argv) {
   run("lifecycle_shrink_abort_dead_rank_sockets", "shrink_abort", 4, net, 1u << 3);
   run("lifecycle_revoke", "revoke", 3, NULL, 0);
   run("lifecycle_finalize", "finalize", 2, NULL, 0);
+  const char* const lo[] = {"NCCL_SOCKET_IFNAME=lo", NULL};
+  run("lifecycle_hostid_2hosts_x_2ranks", "hostid", 4, lo, 0);
   return mtExitCode();
 }
