@@ -6,6 +6,7 @@
 #    FAILED footer, non-zero exit)
 #  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
 #    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
+#  - failover_perf: --selftest (parsing, summary) and a short loop on a 2x2 testbed (root only)
 #  - mend-run propagates exit codes and timeouts
 # Every command runs under a timeout, so a hang is a failure, not a stuck test run.
 set -u
@@ -93,7 +94,23 @@ else
   else notok testbed_counters "$TMP/launch_testbed.out"; fi
 fi
 
-# 7. mend-run itself: the worst exit code, timeouts, every rank started with its own RANK.
+# 7. failover_perf: its parsing and summary on canned output, and (root) a short loop on a 2x2
+#    testbed without a fault: every rank iterates, every result is right, the summary is printed.
+run failover_selftest "$B/bin/failover_perf" --selftest
+if [ "$rc" -eq 0 ] && grep -q "^# selftest: [1-9][0-9]* passed, 0 failed" "$TMP/failover_selftest.out"; then ok failover_selftest
+else notok failover_selftest "$TMP/failover_selftest.out"; fi
+if [ "$(id -u)" -ne 0 ] || ! ip netns list > /dev/null 2>&1; then ok failover_testbed "SKIP needs root and namespaces"
+else
+  run failover_testbed timeout -k 5 40 "$B/bin/failover_perf" --hosts 2 --rails 2 --rate 1gbit \
+    --op all_reduce --size 256K --seconds 3 --timeout 30
+  iters=$(grep -cE '^ +[0-9]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' "$TMP/failover_testbed.out")
+  if [ "$rc" -eq 0 ] && [ "$iters" -ge 5 ] && grep -q "^# no fault injected: median" "$TMP/failover_testbed.out" &&
+     grep -q "^# 2 rank(s), 262144 bytes" "$TMP/failover_testbed.out" &&
+     ! grep -qE '^ +[0-9]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +[1-9]' "$TMP/failover_testbed.out"; then ok failover_testbed "$iters iterations"
+  else echo "    exit code $rc, $iters iterations" >> "$TMP/failover_testbed.out"; notok failover_testbed "$TMP/failover_testbed.out"; fi
+fi
+
+# 8. mend-run itself: the worst exit code, timeouts, every rank started with its own RANK.
 run mendrun_ranks "$RUN" -np 3 --all-output sh -c 'echo "rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK id=$NCCL_COMM_ID"'
 if [ "$rc" -eq 0 ] && [ "$(grep -c 'rank=[0-2] of 3 local=[0-2] id=127.0.0.1:[0-9]' "$TMP/mendrun_ranks.out")" -eq 3 ] &&
    [ "$(grep -o 'id=[0-9.:]*' "$TMP/mendrun_ranks.out" | sort -u | wc -l)" -eq 1 ]; then ok mendrun_ranks
