@@ -57,6 +57,28 @@ expect_ok check_all_types --coll all_reduce --nranks 2
 run check_all_types_rs "$B/bin/reduce_scatter_perf" -b 256 -e 1K -f 4 -t 3 -d all -o all -c 1 -n 2
 expect_ok check_all_types_rs --coll reduce_scatter --nranks 3
 
+# 3b. nccl-tests' other flags run and keep the format: registration, aggregation, blocking modes,
+#     time across ranks, cycles, cputime, per-iteration columns, timestamps, memory line, unaligned
+#     buffers, graphs (ignored in host mode), CTA policy, timeout, parallel init, stream null.
+nflags=0
+for f in "-R 1" "-R 2" "-m 3" "-z 1" "-z 2" "-z 3" "-a 0" "-a 2" "-a 3" "-N 2" "-C 1" "-I 1" "-S 1" \
+         "-M 1" "-u 1" "-G 2" "-x 1" "-T 30" "-p 1" "-y 1" "-w 0"; do
+  # shellcheck disable=SC2086
+  run flag "$B/bin/all_reduce_perf" -t 2 -b 8 -e 1K -f 4 -c 1 $f
+  if [ "$rc" -eq 0 ] && $CHECK --coll all_reduce --nranks 2 "$TMP/flag.out" > "$TMP/flag.chk" 2>&1; then nflags=$((nflags + 1))
+  else echo "    flag $f: exit $rc" >> "$TMP/flags.chk"; cat "$TMP/flag.chk" "$TMP/flag.out" >> "$TMP/flags.chk"; fi
+done
+if [ "$nflags" -eq 21 ]; then ok flags "21 flag settings"; else notok flags "$TMP/flags.chk"; fi
+run json "$B/bin/all_gather_perf" -t 2 -b 1K -e 4K -f 2 -J "$TMP/out.json"
+if [ "$rc" -eq 0 ] && python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["results"]
+assert [x["size"] for x in r] == [1024, 2048, 4096] and j["out_of_bounds"]["count"] == 0
+assert all(x["out_of_place"]["nwrong"] == 0 and x["in_place"]["bus_bw"] > 0 for x in r)
+' "$TMP/out.json" > "$TMP/json.chk" 2>&1; then ok json
+else cat "$TMP/json.out" >> "$TMP/json.chk"; notok json "$TMP/json.chk"; fi
+
 # 4. A planted wrong result must be caught: #wrong > 0, FAILED, non-zero exit.
 for t in $TOOLS; do
   MEND_PERF_PLANT_ERROR=1 run "plant_$t" "$B/bin/${t}_perf" -b 64 -e 256 -f 4 -t 2 -r 1 -c 1

@@ -3,7 +3,7 @@
 
     check_output.py --coll all_reduce --nranks 4 [--wrong zero|some] [--sizes 8,16,..] FILE
 
-Checked: the header lines (version, "Collective test starting", nThread line, "# Using devices"
+Checked (the -I per-iteration columns are recognised): the header lines (version, "Collective test starting", nThread line, "# Using devices"
 with one line per rank), the table header (banner, column names, units), every row (13 columns,
 size = count x element size x (n for the gathered/scattered collectives), algbw = size/time,
 busbw = algbw x nccl-tests' factor for the collective), #wrong (all 0, or some > 0), and the
@@ -28,6 +28,7 @@ COLLS = {
     "scatter": (True, lambda n: (n - 1) / n),
     "sendrecv": (False, lambda n: 1.0),
 }
+PER_ITER = ["i_min", "i_max", "i_p99", "i_cv%"]   # -I 1 adds these to both groups
 ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(.*)$")
 
 
@@ -38,6 +39,7 @@ def close(a, b, rel=0.02, abs_=0.011):
 def check(text, coll, nranks, wrong, sizes):
     errs = []
     lines = text.splitlines()
+    per_iter = any("i_min" in l and l.startswith("#") for l in lines)
     times_n, factor = COLLS[coll]
     need = ["# Collective test starting: %s_perf" % coll, "# Using devices"]
     for n in need:
@@ -55,21 +57,22 @@ def check(text, coll, nranks, wrong, sizes):
         errs.append("no out-of-place/in-place banner")
     else:
         names = lines[hdr[0] + 1].split()
-        want = ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                "time", "algbw", "busbw", "#wrong"]
-        if names[:14] != want and names[:14] != [w.replace("time", "cputime") for w in want]:
+        group = ["time", "algbw", "busbw", "#wrong"] + (PER_ITER if per_iter else [])
+        want = ["#", "size", "count", "type", "redop", "root"] + group + group
+        if names[:len(want)] != want and names[:len(want)] != [w.replace("time", "cputime") for w in want]:
             errs.append("column names %r" % names)
         units = lines[hdr[0] + 2].split()
         if units[:3] != ["#", "(B)", "(elements)"] or units.count("(GB/s)") != 4 or units.count("(us)") < 2:
             errs.append("units line %r" % lines[hdr[0] + 2])
     busbws, rows, nwrong = [], [], 0
+    width = 8 if per_iter else 4
     for l in lines:
         m = ROW.match(l)
         if not m or l.startswith("#"):
             continue
         size, count, typ, op, root = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4), int(m.group(5))
         rest = m.group(6).split()
-        if len(rest) < 8:
+        if len(rest) < 2 * width:
             errs.append("short row %r" % l)
             continue
         rows.append(size)
@@ -79,8 +82,10 @@ def check(text, coll, nranks, wrong, sizes):
             continue
         if size != count * esz * (nranks if times_n else 1):
             errs.append("size %d != count %d x %d%s" % (size, count, esz, " x n" if times_n else ""))
-        for half in (rest[0:4], rest[4:8]):
+        for half in (rest[0:width], rest[width:2 * width]):
             t, alg, bus, w = float(half[0]), float(half[1]), float(half[2]), half[3]
+            if per_iter and not float(half[4]) <= float(half[6]) <= float(half[5]):
+                errs.append("size %d: i_min %s <= i_p99 %s <= i_max %s does not hold" % (size, half[4], half[6], half[5]))
             busbws.append(bus)
             if t <= 0:
                 errs.append("time %s not positive" % half[0])
