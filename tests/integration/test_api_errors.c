@@ -256,8 +256,13 @@ int main(void) {
     int ok = res == ncclSuccess;
     for (int i = 0; ok && i < 64; i++) ok = out[i] == 2.0f * i && out1[i] == 2.0f * i;
     mtResult(ok, "api_errors_still_works", "group end %s", ncclGetErrorString(res));
-    ncclCommDestroy(pair[0]);
-    ncclCommDestroy(pair[1]);
+    /* Aborts wrapped in a group, as PyTorch does with NCCL >= 2.22. */
+    double t0 = mtNow();
+    ncclResult_t g = ncclGroupStart();
+    ncclResult_t a0 = ncclCommAbort(pair[0]), a1 = ncclCommAbort(pair[1]);
+    ncclResult_t e = ncclGroupEnd();
+    mtResult(g == ncclSuccess && a0 == ncclSuccess && a1 == ncclSuccess && e == ncclSuccess && mtNow() - t0 < 1.0,
+             "api_errors_abort_in_group", "start %d, aborts %d %d, end %d, %.3f s", g, a0, a1, e, mtNow() - t0);
   } else {
     mtResult(0, "api_errors_still_works", "second ncclCommInitAll: %s", ncclGetErrorString(res));
   }
