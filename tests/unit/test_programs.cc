@@ -1,16 +1,14 @@
 // Programs, generators, the host engine and the planner, run for real on the loopback world
 // (connectors in plain memory, one thread drives every rank through the public API inside a group).
 // Results are compared with references computed here, independently of Mend's reduction code.
+// The tuner (NCCL_ALGO/NCCL_PROTO, cost model, channels, TUNING logs) is tested in test_tuning.cc.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -25,6 +23,8 @@ extern "C" {
 #include "init.h"
 #include "misc/param.h"
 }
+
+#include "loopback_world.h"
 
 namespace {
 
@@ -102,62 +102,6 @@ void encode(int t, double x, void* p) {
   ASSERT_TRUE(it != tab.end()) << "value " << x << " not representable in type " << t;
   memcpy(p, &it->second, f.bytes);
 }
-
-// ---------------------------------------------------------------- environment and world
-
-struct ScopedEnv {
-  std::string name;
-  std::string old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v) setenv(n, v, 1);
-    else unsetenv(n);
-    mendParamResetCache();
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-    mendParamResetCache();
-  }
-};
-
-// A loopback world with a watchdog: a hang aborts every communicator, so the call fails instead.
-class World {
- public:
-  World(int n, int nChannels = 2, size_t buffSize = 8 * 1024, int timeoutSec = 60) : n_(n) {
-    EXPECT_EQ(mendLoopbackCreate(n, nChannels, buffSize, &lb_), ncclSuccess);
-    dog_ = std::thread([this, timeoutSec] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, std::chrono::seconds(timeoutSec), [this] { return done_; })) {
-        fired_ = true;
-        for (int r = 0; r < n_; r++) mendCommSetAbortFlag(comm(r), 1);
-      }
-    });
-  }
-  ~World() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    dog_.join();
-    EXPECT_FALSE(fired_) << "watchdog fired: the engine hung";
-    mendLoopbackDestroy(lb_);
-  }
-  ncclComm_t comm(int r) { return mendLoopbackComm(lb_, r); }
-  int n() const { return n_; }
-
- private:
-  int n_;
-  mendLoopback* lb_ = nullptr;
-  std::thread dog_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false, fired_ = false;
-};
 
 // One rank's buffers: a region with guard bytes after it, at an odd offset (unaligned).
 struct Buf {
@@ -823,204 +767,4 @@ TEST(EngineArgs, BadInputsReturnCodes) {
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   EXPECT_EQ(ncclAllReduce(buf, buf, 4, (ncclDataType_t)77, ncclSum, c, nullptr), ncclInvalidArgument);
   EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
-}
-
-// ================================================================ tuning
-
-TEST(TuningParse, AlgoAndProtoSyntax) {
-  uint32_t m[MEND_NFUNCS];
-  const char* bad = nullptr;
-  const uint32_t T = 1u << MEND_NCCL_ALGO_TREE, R = 1u << MEND_NCCL_ALGO_RING, ALL = (1u << 7) - 1;
-  ASSERT_EQ(mendTuneParse(nullptr, 0, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], ALL);
-  ASSERT_EQ(mendTuneParse("Ring", 0, m, &bad), ncclSuccess);
-  for (int f = 0; f < MEND_NFUNCS; f++) EXPECT_EQ(m[f], R);
-  ASSERT_EQ(mendTuneParse("tree,RING", 0, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLGATHER], T | R);
-  ASSERT_EQ(mendTuneParse("^tree", 0, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], ALL & ~T);
-  ASSERT_EQ(mendTuneParse("ring;allreduce:tree", 0, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], T);
-  EXPECT_EQ(m[MEND_FUNC_BROADCAST], R);
-  ASSERT_EQ(mendTuneParse("allreduce:^ring;allgather:ring,nvls", 0, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], ALL & ~R);
-  EXPECT_EQ(m[MEND_FUNC_ALLGATHER], R | (1u << 4));
-  EXPECT_EQ(m[MEND_FUNC_REDUCE], ALL);
-  EXPECT_EQ(mendTuneParse("ring,bogus", 0, m, &bad), ncclInvalidArgument);
-  EXPECT_STREQ(bad, "bogus");
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], R) << "the valid part still applies";
-  EXPECT_EQ(mendTuneParse("allredux:tree", 0, m, &bad), ncclInvalidArgument);
-  EXPECT_STREQ(bad, "allredux");
-  ASSERT_EQ(mendTuneParse("LL,LL128", 1, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], 3u);
-  ASSERT_EQ(mendTuneParse("^simple", 1, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], 3u);
-  ASSERT_EQ(mendTuneParse("simple;allreduce:ll", 1, m, &bad), ncclSuccess);
-  EXPECT_EQ(m[MEND_FUNC_ALLREDUCE], 1u);
-  EXPECT_EQ(m[MEND_FUNC_ALLGATHER], 4u);
-}
-
-TEST(TuningModel, TreeForSmallRingForLarge) {
-  for (int kind = 0; kind < 3; kind++) {
-    mendCostIn in = {MEND_FUNC_ALLREDUCE, 8, 16, kind, 1, 0};
-    EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_TREE), mendTuneCostUs(&in, MEND_ALGO_RING)) << "kind " << kind;
-    in.nBytes = (size_t)1 << 30;
-    EXPECT_GT(mendTuneCostUs(&in, MEND_ALGO_TREE), mendTuneCostUs(&in, MEND_ALGO_RING)) << "kind " << kind;
-    double prev = 0;
-    for (size_t b = 1; b < ((size_t)1 << 32); b *= 4) {
-      in.nBytes = b;
-      double c = mendTuneCostUs(&in, MEND_ALGO_RING);
-      EXPECT_GE(c, prev);
-      prev = c;
-    }
-    in.func = MEND_FUNC_ALLGATHER;
-    EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_TREE), 0) << "no tree AllGather";
-  }
-  EXPECT_EQ(mendTuneChannels(1024, 0), 1);
-  EXPECT_GT(mendTuneChannels((size_t)64 << 20, 0), 1);
-  EXPECT_LE(mendTuneChunk(MEND_FUNC_ALLREDUCE, MEND_ALGO_RING, (size_t)1 << 30, 8, 524288), 524288u);
-}
-
-// The choice follows NCCL_ALGO (also per function) and the cost model otherwise.
-TEST(TuningChoice, FollowsEnvAndModel) {
-  struct Case { const char* env; size_t bytes; int n; int want; };
-  const Case cases[] = {
-      {"ring", 8, 16, MEND_ALGO_RING},          {"tree", (size_t)64 << 20, 16, MEND_ALGO_TREE},
-      {"ring;allreduce:tree", 8, 8, MEND_ALGO_TREE}, {"^tree", 8, 16, MEND_ALGO_RING},
-      {nullptr, 8, 16, MEND_ALGO_TREE},          {nullptr, (size_t)256 << 20, 16, MEND_ALGO_RING},
-      {"nvls", 8, 4, MEND_ALGO_RING},           {"allgather:tree", 8, 16, MEND_ALGO_TREE},
-  };
-  for (const Case& c : cases) {
-    ScopedEnv env("NCCL_ALGO", c.env);
-    World w(c.n);
-    mendOp op = {};
-    op.func = MEND_FUNC_ALLREDUCE;
-    op.comm = w.comm(0);
-    op.count = c.bytes / 4;
-    op.type = ncclFloat;
-    op.root = -1;
-    ASSERT_EQ(mendRedOpResolve(ncclSum, ncclFloat, c.n, &op.redop), ncclSuccess);
-    mendPlanner* pl;
-    ASSERT_EQ(mendPlannerGet(w.comm(0), &pl), ncclSuccess);
-    mendChoice ch;
-    ASSERT_EQ(mendTuneColl(w.comm(0), pl, &op, c.bytes, &ch), ncclSuccess);
-    EXPECT_EQ(ch.algo, c.want) << (c.env ? c.env : "(unset)") << " bytes " << c.bytes;
-    EXPECT_EQ(ch.proto, MEND_NCCL_PROTO_SIMPLE);
-    EXPECT_GT(ch.estUs, 0);
-    op.func = MEND_FUNC_ALLGATHER;
-    ASSERT_EQ(mendTuneColl(w.comm(0), pl, &op, c.bytes, &ch), ncclSuccess);
-    EXPECT_EQ(ch.algo, MEND_ALGO_RING) << "AllGather has only the ring";
-  }
-}
-
-namespace {
-mendChoice choose(ncclComm_t comm, int func, size_t bytes) {
-  mendOp op = {};
-  op.func = func;
-  op.comm = comm;
-  op.count = bytes / 4;
-  op.type = ncclFloat;
-  op.root = func == MEND_FUNC_BROADCAST || func == MEND_FUNC_REDUCE ? 0 : -1;
-  int n = 0;
-  EXPECT_EQ(ncclCommCount(comm, &n), ncclSuccess);
-  EXPECT_EQ(mendRedOpResolve(ncclSum, ncclFloat, n, &op.redop), ncclSuccess);
-  mendPlanner* pl = nullptr;
-  EXPECT_EQ(mendPlannerGet(comm, &pl), ncclSuccess);
-  mendChoice ch = {};
-  EXPECT_EQ(mendTuneColl(comm, pl, &op, bytes, &ch), ncclSuccess);
-  return ch;
-}
-}  // namespace
-
-// NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS bound the channels a call uses (within the channels the
-// communicator has); NCCL_BUFFSIZE sets the FIFO slot, which caps the chunk.  Results stay right.
-TEST(TuningChoice, ChannelLimitsAndBuffsize) {
-  World w(4, 8, 64 * 1024);
-  const size_t big = (size_t)64 << 20, small = 64;
-  EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, big).nChannels, 8) << "large calls use every channel";
-  EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, small).nChannels, 1);
-  EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, big).chunkBytes, (size_t)4194304 / 8) << "default NCCL_BUFFSIZE";
-  {
-    ScopedEnv maxCh("NCCL_MAX_NCHANNELS", "2");
-    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, big).nChannels, 2);
-    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLGATHER, big).nChannels, 2);
-  }
-  {
-    ScopedEnv minCh("NCCL_MIN_NCHANNELS", "5");
-    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, small).nChannels, 5);
-    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_BROADCAST, small).nChannels, 5);
-  }
-  {
-    ScopedEnv minCh("NCCL_MIN_NCHANNELS", "32");
-    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, small).nChannels, 8) << "capped by the channels that exist";
-  }
-  {
-    ScopedEnv buff("NCCL_BUFFSIZE", "65536");
-    mendChoice ch = choose(w.comm(0), MEND_FUNC_ALLREDUCE, big);
-    EXPECT_EQ(ch.chunkBytes, (size_t)65536 / 8);
-    ScopedEnv algo("NCCL_ALGO", "ring");
-    ScopedEnv maxCh("NCCL_MAX_NCHANNELS", "1");
-    for (int t : {ncclFloat32, ncclInt64})
-      for (bool inPlace : {false, true}) runColl(w, MEND_FUNC_ALLREDUCE, t, OP_SUM, 70001, inPlace, -1, "ring");
-  }
-}
-
-// NCCL_DEBUG_SUBSYS=TUNING shows the cost model's choice for every collective, and only then.
-TEST(TuningLog, ChoiceShownWithTuningSubsys) {
-  char dir[] = "/tmp/mend-tuning-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  std::string path = std::string(dir) + "/log";
-  auto runAndRead = [&](const char* subsys) {
-    ScopedEnv level("NCCL_DEBUG", "INFO");
-    ScopedEnv sub("NCCL_DEBUG_SUBSYS", subsys);
-    ScopedEnv file("NCCL_DEBUG_FILE", path.c_str());
-    ncclResetDebugInit();
-    {
-      World w(3);
-      runColl(w, MEND_FUNC_ALLREDUCE, ncclFloat32, OP_SUM, 1000, false, -1, nullptr);
-      runColl(w, MEND_FUNC_ALLGATHER, ncclInt8, -1, 5000, false, -1, nullptr);
-    }
-    ncclResetDebugInit();  // closes the file
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
-  std::string tuning = runAndRead("TUNING");
-  EXPECT_NE(tuning.find("NCCL INFO AllReduce: 4000 Bytes -> Algo "), std::string::npos) << tuning;
-  EXPECT_NE(tuning.find("NCCL INFO AllGather: 15000 Bytes -> Algo Ring proto Simple channels "), std::string::npos)
-      << tuning;
-  EXPECT_NE(tuning.find("(ring "), std::string::npos) << "both candidates' costs are shown";
-  EXPECT_EQ(tuning.find("opCount"), std::string::npos) << "no COLL lines at TUNING";
-  std::string coll = runAndRead("COLL");
-  EXPECT_EQ(coll.find("-> Algo"), std::string::npos) << coll;
-  EXPECT_NE(coll.find("AllReduce: opCount"), std::string::npos) << coll;
-  std::string cmd = std::string("rm -rf ") + dir;
-  ASSERT_EQ(system(cmd.c_str()), 0);
-}
-
-TEST(TuningSimulate, GroupSimulateEnd) {
-  World w(8);
-  std::vector<float> small(16), big((size_t)8 << 20);
-  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
-  float est[2];
-  for (int k = 0; k < 2; k++) {
-    std::vector<float>& b = k ? big : small;
-    info.estimatedTime = NCCL_UNDEF_FLOAT;
-    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-    for (int r = 0; r < 8; r++)
-      ASSERT_EQ(ncclAllReduce(b.data(), b.data(), b.size(), ncclFloat, ncclSum, w.comm(r), nullptr), ncclSuccess);
-    ASSERT_EQ(ncclGroupSimulateEnd(&info), ncclSuccess);
-    est[k] = info.estimatedTime;
-    EXPECT_GT(est[k], 0.0f);
-  }
-  EXPECT_GT(est[1], est[0] * 10);
-  std::fill(big.begin(), big.end(), 3.0f);
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  ASSERT_EQ(ncclAllReduce(big.data(), big.data(), 1, ncclFloat, ncclSum, w.comm(0), nullptr), ncclSuccess);
-  ASSERT_EQ(ncclGroupSimulateEnd(&info), ncclSuccess);
-  EXPECT_EQ(big[0], 3.0f) << "simulation runs nothing";
-  ncclSimInfo_t bad = NCCL_SIM_INFO_INITIALIZER;
-  bad.magic = 0;
-  EXPECT_EQ(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
-  EXPECT_EQ(ncclGroupSimulateEnd(nullptr), ncclInvalidArgument);
-  EXPECT_EQ(ncclGroupSimulateEnd(&info), ncclInvalidUsage) << "not in a group";
 }

@@ -1,0 +1,84 @@
+// Shared by the planner/engine unit tests: a loopback world (nRanks host-mode communicators in this
+// process, connectors in plain memory, see src/device/engine.h) guarded by a watchdog, and a scoped
+// environment variable that resets the parameter cache.
+#ifndef MEND_TESTS_UNIT_LOOPBACK_WORLD_H_
+#define MEND_TESTS_UNIT_LOOPBACK_WORLD_H_
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+extern "C" {
+#include "device/engine.h"
+#include "init.h"
+#include "misc/param.h"
+}
+
+namespace mendtest {
+
+// Sets (or unsets, with nullptr) an environment variable for the scope; the parameter cache follows.
+struct ScopedEnv {
+  std::string name;
+  std::string old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    const char* o = getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (v) setenv(n, v, 1);
+    else unsetenv(n);
+    mendParamResetCache();
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+    mendParamResetCache();
+  }
+};
+
+// A loopback world with a watchdog: a hang aborts every communicator, so the call fails instead.
+class World {
+ public:
+  World(int n, int nChannels = 2, size_t buffSize = 8 * 1024, int timeoutSec = 60) : n_(n) {
+    EXPECT_EQ(mendLoopbackCreate(n, nChannels, buffSize, &lb_), ncclSuccess);
+    dog_ = std::thread([this, timeoutSec] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(timeoutSec), [this] { return done_; })) {
+        fired_ = true;
+        for (int r = 0; r < n_; r++) mendCommSetAbortFlag(comm(r), 1);
+      }
+    });
+  }
+  ~World() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    dog_.join();
+    EXPECT_FALSE(fired_) << "watchdog fired: the engine hung";
+    mendLoopbackDestroy(lb_);
+  }
+  ncclComm_t comm(int r) { return mendLoopbackComm(lb_, r); }
+  int n() const { return n_; }
+
+ private:
+  int n_;
+  mendLoopback* lb_ = nullptr;
+  std::thread dog_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false, fired_ = false;
+};
+
+}  // namespace mendtest
+
+using mendtest::ScopedEnv;
+using mendtest::World;
+
+#endif
