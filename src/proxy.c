@@ -56,9 +56,12 @@ static void proxyPass(struct ncclComm* comm, struct mendProxy* p, int* moved, in
     int m = 0, b = 0;
     ncclResult_t res = mendFaultCheck("proxy.progress") ? ncclSystemError : pc->progress(comm, pc, &m, &b);
     if (res != ncclSuccess) {
-      WARN("proxy: rank %d: a net connector failed (error %d); the communicator reports it", comm->rank, res);
+      if (res == ncclInProgress) res = ncclInternalError;
+      INFO(NCCL_NET | NCCL_PROXY, "proxy: rank %d: a net connector failed (%s); an operation that needs it fails",
+           comm->rank, ncclGetErrorString(res));
       pc->failed = 1;
-      mendCommSetAsyncError(comm, res == ncclInProgress ? ncclInternalError : res);
+      if (pc->error) atomic_store(pc->error, (int)res);
+      else mendCommSetAsyncError(comm, res);
       m = 1; /* wake the executor so it sees the error */
     }
     *moved |= m;

@@ -17,9 +17,11 @@ struct ncclComm;
 /* One unit of proxy work (embedded first in a transport's private connector state). */
 struct mendProxyConn {
   /* Move what can move now without waiting.  *moved = 1 when a counter advanced; *busy = 1 while
-   * Net requests are in flight.  An error stops this connector and becomes the comm's async error. */
+   * Net requests are in flight.  An error stops this connector; the executor fails an operation
+   * that still needs it (receives are posted ahead of need, so a peer's close is no error by itself). */
   ncclResult_t (*progress)(struct ncclComm* comm, struct mendProxyConn* pc, int* moved, int* busy);
   int failed;  /* 1 after an error: skipped from then on (owned by the proxy thread) */
+  _Atomic int* error;  /* where the error goes (the connector's): an operation that needs it fails */
 };
 
 /* Hand a connected net connector to the proxy (starts the thread on first use). */

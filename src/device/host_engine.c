@@ -199,6 +199,25 @@ static ncclResult_t checkComms(struct ncclComm** comms, int nComms) {
   return ncclSuccess;
 }
 
+/* A connector of a running work that the transport lost: the operation cannot finish.  Checked only
+ * when nothing moved, so data that did arrive is always used first. */
+static ncclResult_t checkConns(struct mendWork** works, const int* active, int nActive) {
+  for (int a = 0; a < nActive; a++) {
+    struct mendWork* w = works[active[a]];
+    if (!w->st.started || w->st.done) continue;
+    for (int p = 0; p < w->prog->nPeers; p++) {
+      struct mendConnector* c = w->conns[p];
+      int err = c ? atomic_load_explicit(&c->error, memory_order_acquire) : ncclSuccess;
+      if (err == ncclSuccess) continue;
+      WARN("Rank %d: operation stopped: its connection %s rank %d (channel %d) failed: %s", w->comm->rank,
+           c->dir == MEND_SEND ? "to" : "from", c->peer, c->channel, ncclGetErrorString((ncclResult_t)err));
+      mendCommSetAsyncError(w->comm, (ncclResult_t)err);
+      return (ncclResult_t)err;
+    }
+  }
+  return ncclSuccess;
+}
+
 static void reportStall(struct mendWork** works, int nWorks, int64_t ms) {
   int shown = 0;
   WARN("Host engine: no progress for %ld ms; stuck steps follow", (long)ms);
@@ -311,6 +330,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
       continue;
     }
     if (nActive == 0 && !undrained(works, nWorks)) break;
+    MENDCHECKGOTO(checkConns(works, active, nActive), res, exit);
     MENDCHECKGOTO(checkComms(comms, nComms), res, exit);
     idleWait(&id, works, nWorks, comms, nBells, seen);
   }

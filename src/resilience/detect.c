@@ -27,6 +27,7 @@ const char* mendRnetKillName(int why) {
     case MEND_RNET_KILL_ERROR: return "error";
     case MEND_RNET_KILL_SWITCH: return "switch";
     case MEND_RNET_KILL_REBUILD: return "rebuild";
+    case MEND_RNET_KILL_CLOSED: return "closed";
     default: return "none";
   }
 }

@@ -21,7 +21,8 @@ enum mendRnetKill {
   MEND_RNET_KILL_PROBE,     /* progress timeout and a failed probe */
   MEND_RNET_KILL_ERROR,     /* a request on it failed */
   MEND_RNET_KILL_SWITCH,    /* planned: traffic moved to a preferred path (fail-back) */
-  MEND_RNET_KILL_REBUILD    /* a rebuild of it failed */
+  MEND_RNET_KILL_REBUILD,   /* a rebuild of it failed */
+  MEND_RNET_KILL_CLOSED     /* the peer closed it (EOF or reset): it fenced the path, or closed the connection */
 };
 
 /* The progress probe of one sender connection (rnetComm.probeState). */

@@ -228,7 +228,8 @@ static ncclResult_t watchIdle(struct rnetComm* rc, int* moved) {
       int tag = 0;
       ncclResult_t res = rc->base->irecv(path->ctrl, 1, &data, &size, &tag, &path->ctrlArea, &path->watchReq);
       if (res != ncclSuccess) {
-        MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, "posting its control receive failed"));
+        MENDCHECK(mendRnetFailPath(rc, p, res == ncclRemoteError ? MEND_RNET_KILL_CLOSED : MEND_RNET_KILL_ERROR,
+                                   "posting its control receive failed"));
         continue;
       }
       if (!path->watchReq) continue;
@@ -236,7 +237,8 @@ static ncclResult_t watchIdle(struct rnetComm* rc, int* moved) {
     int done = 0, size = 0;
     ncclResult_t res = rc->base->test(path->watchReq, &done, &size);
     if (res != ncclSuccess) {
-      MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, "its control receive failed"));
+      MENDCHECK(mendRnetFailPath(rc, p, res == ncclRemoteError ? MEND_RNET_KILL_CLOSED : MEND_RNET_KILL_ERROR,
+                                 "its control receive failed"));
       continue;
     }
     if (!done) continue;
@@ -359,7 +361,8 @@ ncclResult_t mendRnetProgress(struct rnetComm* rc) {
     if (p < 0) break;  /* sender waiting for a RESUME */
     ncclResult_t res = rc->isSend ? sendPath(rc, p) : recvPath(rc, p);
     if (res == ncclSuccess) break;
-    MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_ERROR, NULL));
+    /* The base says "remote" when the peer closed or reset the path: it fenced it, or it is gone. */
+    MENDCHECK(mendRnetFailPath(rc, p, res == ncclRemoteError ? MEND_RNET_KILL_CLOSED : MEND_RNET_KILL_ERROR, NULL));
   }
   return rc->error;
 }

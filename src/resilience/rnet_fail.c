@@ -24,6 +24,7 @@ static const char* killCause(int why) {
     case MEND_RNET_KILL_ERROR: return "a request on it failed";
     case MEND_RNET_KILL_SWITCH: return "traffic moved to a preferred path";
     case MEND_RNET_KILL_REBUILD: return "its rebuild failed";
+    case MEND_RNET_KILL_CLOSED: return "the peer closed it";
     default: return "unknown cause";
   }
 }
@@ -49,6 +50,14 @@ static void abandon(struct rnetComm* rc, int p) {
 static ncclResult_t noPathLeft(struct rnetComm* rc) {
   rc->active = -1;
   rc->error = ncclRemoteError;
+  if (!rc->sawFailure) {
+    /* Every path was closed by the peer: it closed the connection (destroy, exit).  An operation
+     * that still needs it fails; no fault to report. */
+    INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: rank %d %s rank %d: the peer closed the connection", rc->ctx->rank,
+         rc->isSend ? "->" : "<-", rc->peerRank);
+    mendRnetEvent("closed", rc, -1, "closed", NULL);
+    return rc->error;
+  }
   WARN("NET/Resilient: rank %d %s rank %d: no path left (%d tried); the connection fails", rc->ctx->rank,
        rc->isSend ? "->" : "<-", rc->peerRank, rc->nPaths);
   mendRnetEvent("lost", rc, -1, "none", NULL);
@@ -69,8 +78,12 @@ ncclResult_t mendRnetFailPath(struct rnetComm* rc, int p, int why, const char* d
   int state = atomic_load(&path->state);
   if (state == RNET_PATH_DEAD) return rc->error;
   int wasActive = p == rc->active;
+  if (why != MEND_RNET_KILL_SWITCH && why != MEND_RNET_KILL_CLOSED) rc->sawFailure = 1;
   if (state == RNET_PATH_REBUILDING || state == RNET_PATH_CONFIRMING) {
     mendRnetRebuildAbort(rc, p);
+  } else if (why == MEND_RNET_KILL_CLOSED) {
+    INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: rank %d %s rank %d: the peer closed path %d (device %d)", rc->ctx->rank,
+         rc->isSend ? "->" : "<-", rc->peerRank, p, path->localDev);
   } else if (why != MEND_RNET_KILL_SWITCH) {
     WARN_SPARSE(1000, "NET/Resilient: rank %d %s rank %d: path %d (device %d) failed: %s%s%s; fencing it",
                 rc->ctx->rank, rc->isSend ? "->" : "<-", rc->peerRank, p, path->localDev, killCause(why),
@@ -87,7 +100,8 @@ ncclResult_t mendRnetFailPath(struct rnetComm* rc, int p, int why, const char* d
   path->deadCause = why;
   path->confirmed = 0;
   /* The other end must fence it too; it knows already when it told us or chose to move. */
-  if (why != MEND_RNET_KILL_PEER && why != MEND_RNET_KILL_SWITCH) mendRnetNotify(rc, RNET_NOTE_KILL, p, why, NULL);
+  if (why != MEND_RNET_KILL_PEER && why != MEND_RNET_KILL_SWITCH && why != MEND_RNET_KILL_CLOSED)
+    mendRnetNotify(rc, RNET_NOTE_KILL, p, why, NULL);
   if (!wasActive) return rc->isSend && rc->active < 0 && firstLive(rc) < 0 ? noPathLeft(rc) : ncclSuccess;
   if (rc->isSend) {
     /* The receiver picks the next path; hold traffic until its RESUME arrives on one of ours. */

@@ -207,6 +207,7 @@ struct rnetComm {
   uint32_t probeMask;                             /* paths the progress probe covers */
   _Atomic uint32_t probeFailed;                   /* paths the progress probe found dead */
   uint64_t failovers;                             /* statistics */
+  int sawFailure;                                 /* a path died of something else than the peer closing it */
   uint64_t failbacks;                             /* statistics: planned switches to a rebuilt path */
   uint64_t rebuilds;                              /* statistics: dead paths made backups again */
   _Atomic int rebuilding;                         /* paths being rebuilt (the service progresses us) */

@@ -128,6 +128,7 @@ static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, 
    * choice travels in its handle; the sender follows it). */
   if (t->baseNet && comm->resil) nc->dev = mendResilPickDev(comm->resil, conn->peer, nc->dev, comm->topo->nNics);
   nc->pc.progress = conn->dir == MEND_SEND ? sendProgress : recvProgress;
+  nc->pc.error = &conn->error;
   nc->nicBytes = conn->dir == MEND_SEND ? &t->nicTx[nc->dev] : &t->nicRx[nc->dev];
   int err = posix_memalign(&nc->mem, MEND_CONN_HDR_BYTES, mendConnMemBytes(t));
   if (err || !nc->mem) {

@@ -150,6 +150,7 @@ struct mendSocketComm {
   size_t rxStart, rxEnd;             /* valid bytes of rxBuf */
   _Atomic int stop;                  /* helpers exit */
   _Atomic int error;                 /* ncclResult_t of the first failure; the comm stays failed */
+  int peerClosed;                    /* receiver: the peer closed the control socket (orderly) */
   char peer[MEND_SOCKET_NAME_MAXLEN];  /* peer address, for log lines */
   /* connector setup only */
   struct mendSocketHello hello;      /* what every socket sends first (index patched per socket) */

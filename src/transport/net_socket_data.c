@@ -191,7 +191,12 @@ static ncclResult_t ctrlRead(struct mendSocketComm* comm, char* dst, size_t len,
     do {
       n = recv(comm->ctrlFd, direct ? dst : comm->rxBuf, direct ? len : MEND_SOCKET_RXBUF, MSG_DONTWAIT);
     } while (n < 0 && errno == EINTR);
-    if (n == 0) return mendNetSocketFail(comm, ncclRemoteError, "peer closed the connection");
+    if (n == 0) {
+      /* An orderly close: what was sent before it is all here (data sockets may still be draining);
+       * only receives that needed more control bytes fail (test()). */
+      comm->peerClosed = 1;
+      return ncclSuccess;
+    }
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
       return sockFail(comm, errno, "recv on the control socket");
@@ -362,6 +367,12 @@ ncclResult_t mendNetSocketTest(void* request, int* done, int* sizes) {
   if (err != ncclSuccess) return (ncclResult_t)err;
   if (mendFaultCheck("net.test")) return mendNetSocketFail(comm, ncclSystemError, "injected fault at net.test");
   MENDCHECK(progress(comm));
+  if (!req->ctrlDone && comm->peerClosed && comm->rxStart == comm->rxEnd) {
+    /* The peer closed before this message's header (or inline bytes) came: it never will. */
+    INFO(NCCL_NET, "NET/Socket: connection from %s: the peer closed it; a receive posted after its last message fails",
+         comm->peer);
+    return ncclRemoteError;
+  }
   if (!req->ctrlDone || atomic_load_explicit(&req->partsLeft, memory_order_acquire) != 0) return ncclSuccess;
   *done = 1;
   if (sizes) sizes[0] = (int)req->size;

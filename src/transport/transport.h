@@ -62,6 +62,8 @@ struct mendConnector {
   int nSlots;               /* MEND_FIFO_SLOTS */
   mendBell_t* peerBell;     /* ring after moving tail (producer) or head (consumer) */
   void* priv;               /* transport-private state */
+  _Atomic int error;        /* ncclResult_t: the transport lost this connector (net: no path left, peer
+                             * gone); 0 while healthy.  An operation stuck on it fails. */
 };
 
 /* A connection request; both ends list matching requests in the same order
