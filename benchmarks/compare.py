@@ -124,6 +124,7 @@ class Runner:
         self.b = os.path.abspath(a.builddir)
         self.commands = []
         self.labels = {}
+        self.failures = {}     # (lib, coll, n): [exit code of each failed turn]
         self.logdir = a.keep_logs
         self.peers_built = False
         if self.logdir:
@@ -143,11 +144,13 @@ class Runner:
         return cmd
 
     def shown(self, cmd):
-        text = " ".join(shlex.quote(c) for c in cmd).replace(ROOT + os.sep, "")
+        """The command as the results show it: $BUILD for the build directory, paths relative."""
+        text = " ".join(shlex.quote(c) for c in cmd).replace(self.b + os.sep, "$BUILD/").replace(ROOT + os.sep, "")
         return re.sub(r"MEND_GLOO_STORE=\S+", "MEND_GLOO_STORE=$(mktemp -d)", text)
 
-    def run(self, label, lib, cmd, env=None):
+    def run(self, lib, coll, n, turn, cmd, env=None):
         """Runs one sweep; returns its rows, or None if it failed."""
+        label = "%s-%s-%d-%d" % (lib, coll, n, turn)
         shown = self.shown(cmd)
         if shown not in self.commands:
             self.commands.append(shown)
@@ -171,6 +174,7 @@ class Runner:
             self.labels[lib] = m.group(1) or "Mend %s" % m.group(2)
         rows = parse_table(out)
         if rc != 0 or not rows:
+            self.failures.setdefault((lib, coll, n), []).append(rc)
             last = out.strip().splitlines()[-1:] if out.strip() else ""
             sys.stderr.write("compare: %s failed (exit %s): %s\n" % (label, rc, last))
             return None
@@ -191,14 +195,14 @@ class Runner:
 
     def mend(self, coll, n, turn):
         tool = os.path.join(self.b, "bin", COLLS[coll])
-        return self.run("mend-%s-%d-%d" % (coll, n, turn), "mend", self.mend_run(n) + [tool] + self.sweep_flags())
+        return self.run("mend", coll, n, turn, self.mend_run(n) + [tool] + self.sweep_flags())
 
     def mpi(self, coll, n, turn):
         exe = self.peer_exe("mpi_perf")
         if self.a.hosts or not shutil.which("mpirun") or not exe:
             return None
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), exe, coll] + self.sweep_flags()
-        return self.run("mpi-%s-%d-%d" % (coll, n, turn), "mpi", cmd)
+        return self.run("mpi", coll, n, turn, cmd)
 
     def gloo(self, coll, n, turn):
         exe = self.peer_exe("gloo_perf")
@@ -209,8 +213,7 @@ class Runner:
         if self.a.hosts:
             env["GLOO_SOCKET_IFNAME"] = "rail0"
         try:
-            return self.run("gloo-%s-%d-%d" % (coll, n, turn), "gloo",
-                            self.mend_run(n, env) + [exe, coll] + self.sweep_flags())
+            return self.run("gloo", coll, n, turn, self.mend_run(n, env) + [exe, coll] + self.sweep_flags())
         finally:
             shutil.rmtree(store, ignore_errors=True)
 
@@ -249,10 +252,15 @@ def geomean(vals):
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
-def table(coll, n, res, peers):
+def table(coll, n, res, peers, failures):
     lines = ["#### %s, %d ranks" % (coll, n), ""]
     notes = [] if res.get("mend") else ["Mend: run failed (see the commands)"]
     notes += ["%s: not available" % PEER_NAMES[p] for p in peers if res.get(p) is None]
+    for lib in ["mend"] + peers:
+        codes = failures.get((lib, coll, n))
+        if codes and res.get(lib) is not None:
+            notes.append("%s: %d turn(s) failed (exit %s); the others count" % (
+                PEER_NAMES.get(lib, "Mend"), len(codes), ", ".join(str(c) for c in codes)))
     wrong = [lib for lib, r in res.items() if r and any(v[2] for v in r.values())]
     notes += ["%s reported wrong results: its times do not count" % lib for lib in wrong]
     if notes:
@@ -284,7 +292,13 @@ def summary_row(coll, n, res, peers):
 
 
 def section(a, r, peers, results, start, load0, placement):
-    argv = " ".join(shlex.quote(x) for x in sys.argv[1:])
+    args, skip = [], False
+    for x in sys.argv[1:]:   # the build directory is $BUILD in the commands
+        if skip or x.startswith("--builddir"):
+            skip = x == "--builddir"
+            continue
+        args.append(x)
+    argv = " ".join(shlex.quote(x) for x in args)
     doc = ["Written by `python3 benchmarks/compare.py%s` on %s." % (" " + argv if argv else "",
                                                                    start.strftime("%Y-%m-%d %H:%M %Z")),
            "",
@@ -305,8 +319,9 @@ def section(a, r, peers, results, start, load0, placement):
     doc += [summary_row(c, n, res, peers) for (c, n), res in results]
     doc += ["", "Per size (ratios from the times, so sizes whose busbw prints as 0.00 keep their digits; "
             "for 0-byte rows the ratio is one of latencies):", ""]
-    doc += [table(c, n, res, peers) for (c, n), res in results]
-    doc += ["Commands (each run %d times, in turns):" % a.repeats, "", "```"] + r.commands + ["```", ""]
+    doc += [table(c, n, res, peers, r.failures) for (c, n), res in results]
+    doc += ["Commands (each run %d times, in turns; `$BUILD` is the build directory, `build` by default):"
+            % a.repeats, "", "```"] + r.commands + ["```", ""]
     return "\n".join(doc)
 
 
