@@ -7,6 +7,7 @@
 #  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
 #    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
 #  - failover_perf: --selftest (parsing, summary) and a short loop on a 2x2 testbed (root only)
+#  - compare.py on a tiny sweep (with the peers that are built)
 #  - mend-run propagates exit codes and timeouts
 # Every command runs under a timeout, so a hang is a failure, not a stuck test run.
 set -u
@@ -131,6 +132,25 @@ else
      ! grep -qE '^ +[0-9]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +[1-9]' "$TMP/failover_testbed.out"; then ok failover_testbed "$iters iterations"
   else echo "    exit code $rc, $iters iterations" >> "$TMP/failover_testbed.out"; notok failover_testbed "$TMP/failover_testbed.out"; fi
 fi
+
+# 7b. compare.py end to end on a tiny sweep: its section is written between its markers, the rest
+#     of the file is kept, and every peer that is built gets a numeric ratio per size.
+printf '# kept\n' > "$TMP/results.md"
+peers=""; for p in mpi gloo; do [ -x "$B/bin/peers/${p}_perf" ] && peers="$peers${peers:+,}$p"; done
+run compare python3 benchmarks/compare.py --builddir "$B" --ranks 2 --colls allreduce --max 64 \
+  --factor 8 --repeats 1 --peers "${peers:-none}" --timeout 60 --out "$TMP/results.md"
+if [ "$rc" -eq 0 ] && python3 - "$TMP/results.md" "$peers" > "$TMP/compare.chk" 2>&1 <<'PY'
+import sys
+text, peers = open(sys.argv[1]).read(), [p for p in sys.argv[2].split(",") if p]
+assert text.startswith("# kept\n") and "<!-- compare.py one-host: end -->" in text, "markers or kept text"
+rows = [l.split("|")[1:-1] for l in text.splitlines() if l.startswith("| 8 |") or l.startswith("| 64 |")]
+assert len(rows) == 2, rows
+for r in rows:   # size, Mend time, Mend busbw, one busbw and one ratio per peer
+    assert len(r) == 3 + 2 * len(peers), r
+    assert float(r[1]) > 0 and all(float(x) > 0 for x in r[3 + len(peers):]), r
+PY
+then ok compare "peers: ${peers:-none}"
+else cat "$TMP/compare.chk" "$TMP/results.md" >> "$TMP/compare.out"; notok compare "$TMP/compare.out"; fi
 
 # 8. mend-run itself: the worst exit code, timeouts, every rank started with its own RANK.
 run mendrun_ranks "$RUN" -np 3 --all-output sh -c 'echo "rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK id=$NCCL_COMM_ID"'
