@@ -217,8 +217,15 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
 
 /* Sender: keep one receive posted on the ctrl comm of every idle path, where a RESUME would come
  * when the receiver moves there; take it when it does.  Returns with *moved set after a switch. */
-static ncclResult_t watchIdle(struct rnetComm* rc, int* moved) {
+#define RNET_WATCH_NS 2000000  /* idle paths are looked at this often while the active one works */
+
+static ncclResult_t watchIdle(struct rnetComm* rc, int force, int* moved) {
   *moved = 0;
+  /* A RESUME on an idle path only follows a fence: look every time while waiting for one, else
+   * now and then (each look is a receive test, i.e. a syscall, on every idle path). */
+  uint64_t now = mendTimeNs();
+  if (!force && rc->active >= 0 && now - rc->lastWatchNs < RNET_WATCH_NS) return ncclSuccess;
+  rc->lastWatchNs = now;
   for (int p = 0; p < rc->nPaths; p++) {
     struct rnetPath* path = rc->paths + p;
     if (atomic_load(&path->state) != RNET_PATH_IDLE || !path->ctrl) continue;
@@ -354,13 +361,19 @@ ncclResult_t mendRnetProgress(struct rnetComm* rc) {
   for (int tries = 0; tries <= rc->nPaths + 1 && rc->error == ncclSuccess; tries++) {
     if (rc->isSend) {
       int moved = 0;
-      MENDCHECK(watchIdle(rc, &moved));
+      MENDCHECK(watchIdle(rc, 0, &moved));
       if (moved) continue;
     }
     int p = rc->active;
     if (p < 0) break;  /* sender waiting for a RESUME */
     ncclResult_t res = rc->isSend ? sendPath(rc, p) : recvPath(rc, p);
     if (res == ncclSuccess) break;
+    if (res == ncclRemoteError && rc->isSend) {
+      /* The receiver closed our path: it moved, and its RESUME may be waiting on another one. */
+      int moved = 0;
+      MENDCHECK(watchIdle(rc, 1, &moved));
+      if (moved) continue;
+    }
     /* The base says "remote" when the peer closed or reset the path: it fenced it, or it is gone. */
     MENDCHECK(mendRnetFailPath(rc, p, res == ncclRemoteError ? MEND_RNET_KILL_CLOSED : MEND_RNET_KILL_ERROR, NULL));
   }

@@ -133,9 +133,14 @@ ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtr
          (unsigned long long)rc->nDone, (unsigned long long)rc->nPosted);
     return ncclRemoteError;
   }
-  int old = rc->active, failback = old >= 0 && old != p && p < old;
+  int old = rc->active;
+  if (old < 0 && rc->lastKilled >= 0 && rc->paths[rc->lastKilled].deadCause == MEND_RNET_KILL_CLOSED &&
+      p < rc->lastKilled) {
+    old = rc->lastKilled;  /* we saw the receiver close it before its RESUME here: the same switch */
+  }
+  int failback = old >= 0 && old != p && p < old;
   if (old >= 0 && old != p) {
-    /* The receiver fenced `old` before it chose p: fence our end too. */
+    /* The receiver fenced `old` before it chose p: fence our end too (a no-op when it is dead). */
     MENDCHECK(mendRnetFailPath(rc, old, MEND_RNET_KILL_SWITCH, NULL));
     if (failback) {
       rc->failbacks++;

@@ -217,6 +217,7 @@ struct rnetComm {
   _Atomic int inboxCount;                         /* quick check without the lock */
   pthread_mutex_t lock;                           /* one thread at a time: the proxy's calls or the service */
   int64_t lastKillNoticeMs;                       /* sender: last re-sent KILL while waiting for a RESUME */
+  uint64_t lastWatchNs;                           /* sender: last look at the idle paths' receives */
   struct rnetComm* next;                          /* in ctx's list of comms (OOB notices, link events) */
 };
 
