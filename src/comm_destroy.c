@@ -45,6 +45,8 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
   }
   /* A revoked communicator's bootstrap is healthy: close it in order unless this is an abort. */
   int hard = abort || (mendCommAborted(comm) && atomic_load(&comm->state) != MEND_COMM_REVOKED);
+  /* Operations complete before their last sends leave: deliver them before the connections close. */
+  if (!hard && atomic_load(&comm->state) != MEND_COMM_FINALIZED) (void)mendTransportDrain(comm, mendParamDrainTimeout());
   ncclResult_t res = mendTransportFree(comm);
   if (comm->bootstrap) {
     ncclResult_t r = hard ? mendBootstrapAbort(comm->bootstrap) : mendBootstrapClose(comm->bootstrap);
@@ -79,7 +81,13 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm) {
                (void*)comm);
   MENDARGCHECK(state == MEND_COMM_READY, ncclInvalidUsage, "ncclCommFinalize: communicator %p failed to initialize",
                (void*)comm);
-  /* Host mode: every operation completed when its call returned, so there is nothing left to flush. */
+  /* Host mode: every operation completed when its call returned; what may still be in flight is the
+   * last slots of their sends, which the transport delivers now. */
+  ncclResult_t res = mendTransportDrain(comm, mendParamDrainTimeout());
+  if (res != ncclSuccess) {
+    mendCommSetAsyncError(comm, res);
+    return res;
+  }
   atomic_store(&comm->state, MEND_COMM_FINALIZED);
   INFO(NCCL_INIT, "comm %p rank %d - Finalize COMPLETE", (void*)comm, comm->rank);
   return ncclSuccess;

@@ -262,22 +262,6 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
   return moved;
 }
 
-/* Net send connectors whose posted slots the proxy has not handed to the Net yet: an operation
- * completes only when its data has left the local FIFO, so a destroy right after cannot drop it.
- * (p2p/shm slots already sit in the receiver's memory.) */
-static int undrained(struct mendWork** works, int nWorks) {
-  for (int i = 0; i < nWorks; i++) {
-    const struct mendWork* w = works[i];
-    for (int p = 0; p < w->prog->nPeers; p++) {
-      struct mendConnector* c = w->conns[p];
-      if (c->dir != MEND_SEND || c->kind != MEND_TRANSPORT_NET) continue;
-      if (atomic_load_explicit(&c->fifo->head, memory_order_acquire) !=
-          atomic_load_explicit(&c->fifo->tail, memory_order_relaxed)) return 1;
-    }
-  }
-  return 0;
-}
-
 /* Idle handling after a pass that moved nothing: spin (yielding), then sleep on a doorbell. */
 struct idle {
   uint64_t since, warnAt; /* start of the idle period; next stall report */
@@ -321,7 +305,9 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   int nBells = nComms < MAX_BELLS ? nComms : MAX_BELLS;
   uint32_t seen[MAX_BELLS];
   struct idle id = {.spinNs = mendParamSpinUs() * 1000, .stallMs = mendParamStallWarnMs()};
-  while (nActive > 0 || undrained(works, nWorks)) {
+  /* An operation is complete once every step ran: its sends sit in FIFO slots the transport
+   * delivers on its own (finalize and destroy wait for them, mendTransportDrain). */
+  while (nActive > 0) {
     for (int b = 0; b < nBells; b++) seen[b] = comms[b]->bell ? mendBellRead(comms[b]->bell) : 0;
     int64_t moved = pass(works, active, &nActive, &res);
     if (moved < 0) goto exit;
@@ -329,7 +315,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
       id.since = 0;
       continue;
     }
-    if (nActive == 0 && !undrained(works, nWorks)) break;
+    if (nActive == 0) break;
     MENDCHECKGOTO(checkConns(works, active, nActive), res, exit);
     MENDCHECKGOTO(checkComms(comms, nComms), res, exit);
     idleWait(&id, works, nWorks, comms, nBells, seen);

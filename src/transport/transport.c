@@ -306,3 +306,47 @@ ncclResult_t mendTransportNicBytes(struct ncclComm* comm, int dev, uint64_t* tx,
   *rx = atomic_load(&comm->transport->nicRx[dev]);
   return ncclSuccess;
 }
+
+/* The first net send connector with slots not yet delivered (or failed: *err), or NULL. */
+static struct mendConnector* undelivered(struct ncclComm* comm, int* err) {
+  struct mendTransport* t = comm->transport;
+  *err = ncclSuccess;
+  for (int c = 0; c < comm->nChannels; c++) {
+    for (int k = 0; k < MEND_NCONN_INDEX; k++) {
+      struct mendConnector** slice = sliceOf(t, c, MEND_SEND, k);
+      for (int r = 0; slice && r < comm->nRanks; r++) {
+        struct mendConnector* conn = slice[r];
+        if (!conn || !conn->connected || conn->kind != MEND_TRANSPORT_NET) continue;
+        if (atomic_load_explicit(&conn->fifo->head, memory_order_acquire) ==
+            atomic_load_explicit(&conn->fifo->tail, memory_order_acquire))
+          continue;
+        *err = atomic_load(&conn->error);
+        return conn;
+      }
+    }
+  }
+  return NULL;
+}
+
+ncclResult_t mendTransportDrain(struct ncclComm* comm, int64_t timeoutMs) {
+  if (!comm || !comm->transport || !comm->bell) return ncclSuccess;
+  int64_t deadline = mendTimeMs() + (timeoutMs > 0 ? timeoutMs : 0);
+  for (;;) {
+    uint32_t seen = mendBellRead(comm->bell);
+    int err;
+    struct mendConnector* conn = undelivered(comm, &err);
+    if (!conn) return ncclSuccess;
+    if (err != ncclSuccess) {
+      WARN("transport: rank %d: sends to rank %d (channel %d) cannot be delivered: %s", comm->rank, conn->peer,
+           conn->channel, ncclGetErrorString((ncclResult_t)err));
+      return (ncclResult_t)err;
+    }
+    if (mendCommAborted(comm)) return ncclInternalError;
+    if (mendTimeMs() >= deadline) {
+      WARN("transport: rank %d: sends to rank %d (channel %d) still in flight after %lld ms (MEND_DRAIN_TIMEOUT_MS); "
+           "closing anyway", comm->rank, conn->peer, conn->channel, (long long)timeoutMs);
+      return ncclRemoteError;
+    }
+    mendBellWait(comm->bell, seen, 1000);  /* the proxy rings it when a slot is delivered */
+  }
+}

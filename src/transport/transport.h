@@ -88,6 +88,10 @@ ncclResult_t mendTransportConnect(struct ncclComm* comm, int nReqs, const struct
 struct mendConnector* mendTransportGetConn(struct ncclComm* comm, int channel, int peer, int dir, int connIndex);
 /* Which transport reaches `peer` (for the planner's cost model). */
 int mendTransportKindOf(struct ncclComm* comm, int peer);
+/* Wait until every net send connector's slots were delivered (the Net completed them), a connector
+ * failed, or timeoutMs passed: operations complete once their data is in the FIFO, so finalize and
+ * destroy call this before the proxy stops.  ncclSuccess when drained; the error otherwise. */
+ncclResult_t mendTransportDrain(struct ncclComm* comm, int64_t timeoutMs);
 /* Stop the proxy and release every connector.  With abort set, never waits for peers. */
 ncclResult_t mendTransportFree(struct ncclComm* comm);
 /* Bytes this rank moved through its Net device `dev` (every net connector of comm), for the monitor. */
