@@ -80,6 +80,9 @@ static void linkChange(struct mendResil* r, int d, int adminUp, int carrier) {
     struct mendHealthUpdate u = { .rank = r->rank, .dev = d, .state = MEND_NIC_PROBING, .reporter = r->rank };
     snprintf(u.verdict, sizeof(u.verdict), "link up, probing");
     mendHealthDecide(&r->health, &u);
+    char extra[40];
+    snprintf(extra, sizeof(extra), "epoch=%u by=link", u.epoch);
+    mendResilEvent("health", r->rank, r->rank, d, -1, mendNicStateName(u.state), extra);
     struct resilMsg m = { .magic = RESIL_MSG_MAGIC, .type = RESIL_MSG_HEALTH, .u.health = u };
     for (int p = 0; p < r->nRanks; p++)
       if (p != r->rank) mendResilQueue(r, p, &m);

@@ -28,7 +28,9 @@ static void decide(struct mendResil* r, int rank, int dev, int state, const char
   struct mendHealthUpdate u = { .rank = rank, .dev = dev, .state = state, .reporter = r->rank };
   snprintf(u.verdict, sizeof(u.verdict), "%s", verdict);
   mendHealthDecide(&r->health, &u);
-  mendResilEvent("health", r->rank, rank, dev, -1, "localize", mendNicStateName(state));
+  char extra[40];
+  snprintf(extra, sizeof(extra), "epoch=%u by=localize", u.epoch);
+  mendResilEvent("health", r->rank, rank, dev, -1, mendNicStateName(state), extra);
   struct resilMsg m = { .magic = RESIL_MSG_MAGIC, .type = RESIL_MSG_HEALTH, .u.health = u };
   for (int p = 0; p < r->nRanks; p++)
     if (p != r->rank) mendResilQueue(r, p, &m);

@@ -44,7 +44,7 @@ SCENARIOS = {
     "link_down": S(2, 2, 2, "all_reduce_perf", "-b 4M -e 4M -n 1 -w 0 -c 30",
                    [(1.5, "link_down", 1, 0)], {"detect": "link", "resume": True},
                    note="carrier lost under AllReduce, 2 ranks per host"),
-    "nic_down_3hosts": S(3, 2, 1, "broadcast_perf", "-b 2M -e 2M -n 1 -w 0 -c 40",
+    "nic_down_3hosts": S(3, 2, 1, "broadcast_perf", "-b 2M -e 2M -n 1 -w 0 -c 160",
                          [(1.5, "nic_down", 2, 1)], {"detect": "link", "resume": True},
                          note="NIC down under Broadcast, 3 hosts"),
     "blackhole": S(2, 2, 1, "reduce_scatter_perf", "-b 8M -e 8M -n 1 -w 0 -c 30",
@@ -53,15 +53,15 @@ SCENARIOS = {
     "small_msgs": S(2, 2, 2, "all_reduce_perf", "-b 8 -e 32K -f 64 -n 1 -w 0 -c 600",
                     [(1.0, "blackhole", 0, 0)], {"detect": "probe", "resume": True},
                     note="black hole under small AllReduces (tree and ring)"),
-    "reduce": S(2, 4, 1, "reduce_perf", "-b 4M -e 4M -n 1 -w 0 -c 40",
+    "reduce": S(2, 4, 1, "reduce_perf", "-b 4M -e 4M -n 1 -w 0 -c 100",
                 [(1.5, "link_down", 0, 2)], {"detect": "link", "resume": True}, note="Reduce, 4 rails"),
     "flap": S(2, 2, 1, "sendrecv_perf", "-b 4M -e 4M -n 1 -w 0 -c 80",
               [(1.5, "flap", 1, 0, 200, 3)], {"detect": "link", "resume": True},
               note="link flapping every 200 ms for 3 s under send/recv"),
-    "two_nics_one_host": S(2, 3, 1, "alltoall_perf", "-b 6M -e 6M -n 1 -w 0 -c 40",
+    "two_nics_one_host": S(2, 3, 1, "alltoall_perf", "-b 6M -e 6M -n 1 -w 0 -c 120",
                            [(1.5, "nic_down", 1, 0), (3.0, "nic_down", 1, 1)],
                            {"detect": "link", "resume": True}, note="two NICs of one host lost under AlltoAll"),
-    "two_hosts_two_rails": S(3, 3, 1, "all_gather_perf", "-b 6M -e 6M -n 1 -w 0 -c 40",
+    "two_hosts_two_rails": S(3, 3, 1, "all_gather_perf", "-b 6M -e 6M -n 1 -w 0 -c 80",
                              [(1.5, "nic_down", 1, 0), (2.5, "link_down", 2, 1)],
                              {"detect": "link", "resume": True}, note="NICs lost on two hosts on different rails"),
     "failback": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 70",
@@ -175,6 +175,10 @@ def run_in(name, sc, builddir, ck, logdir):
         after = tb.nic_counters()
     events = parse_events(logdir)
     exp = sc["expect"]
+    if (fault_times or sc["sigstop"]) and "fail_within" not in exp:
+        last = max(fault_times + ([t0 + sc["sigstop"][1] + sc["sigstop"][2]] if sc["sigstop"] else []))
+        ck.check(t_end - last >= 1.0, name, "the job ran on after the last fault (%.1f s after it)" % (t_end - last),
+                 "raise the scenario's check count so the fault lands inside running collectives")
     detail = "%d ranks, %.1f s, events: %s" % (len(res.ranks), t_end - t0,
                                                ",".join(sorted({e.get("kind", "?") for e in events})))
     if "fail_within" in exp:
