@@ -11,7 +11,8 @@ the out-of-place columns are compared. The libraries take turns (Mend, Open MPI,
 --repeats times and the best time per size is kept, so load from other programs on the machine
 hits all of them alike and a one-off stall does not decide a ratio. A peer that is not installed,
 not built or fails shows as "not available" (the peers are built once: make -C benchmarks/peers).
-Open MPI runs on one host only (mpirun cannot start ranks inside the testbed's namespaces); Gloo
+Open MPI runs on one host only here (on the testbed it needs mpirun started through
+tests/testbed/netns_rsh.sh, see RESULTS.md's transports section); Gloo
 runs on the testbed bound to rail0. The results replace only this placement's section of
 RESULTS.md (between its markers); the rest of the file is kept. Standard library only.
 """
@@ -359,7 +360,7 @@ def main(argv=None):
     if a.hosts:
         key = "testbed-%dx%d" % (a.hosts, a.rails)
         placement = "testbed, %d hosts x %d rails, NIC rate %s; Mend over every rail, Gloo on rail0; " \
-                    "Open MPI cannot start ranks in the testbed's namespaces" % (a.hosts, a.rails, a.rate or "unshaped")
+                    "Open MPI not run here (it runs on the testbed through tests/testbed/netns_rsh.sh: see the transports section)" % (a.hosts, a.rails, a.rate or "unshaped")
         title = "Testbed: %d hosts x %d rail(s), %s" % (a.hosts, a.rails, a.rate or "unshaped")
     else:
         key, placement, title = "one-host", "one host: every rank on this machine", "One host"
