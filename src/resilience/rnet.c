@@ -380,25 +380,32 @@ ncclResult_t mendRnetProgress(struct rnetComm* rc) {
   return rc->error;
 }
 
+/* Take the next message number for a user request when the window has room (*request NULL when
+ * it has not: call again), then move what can move. */
+static ncclResult_t postMessage(struct rnetComm* rc, void* data, size_t size, struct rnetMr* mr, void** request) {
+  *request = NULL;
+  pthread_mutex_lock(&rc->lock);
+  ncclResult_t res = mendRnetProgress(rc);
+  struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
+  if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
+    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mr };
+    rc->nPosted++;
+    /* A sender's clock starts with its first unacknowledged message. */
+    if (rc->isSend && rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();
+    *request = r;
+    res = mendRnetProgress(rc);
+  }
+  pthread_mutex_unlock(&rc->lock);
+  return res;
+}
+
 static ncclResult_t rnetIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
   struct rnetComm* rc = sendComm;
   MENDARGCHECK(rc != NULL && request != NULL && rc->isSend, ncclInvalidArgument, "NET/Resilient: isend: bad comm or request");
   MENDARGCHECK(mhandle == NULL || ((struct rnetMr*)mhandle)->magic == RNET_MR_MAGIC, ncclInvalidArgument,
                "NET/Resilient: isend: %p is not a registration of this Net", mhandle);
   (void)tag;
-  *request = NULL;
-  pthread_mutex_lock(&rc->lock);
-  ncclResult_t res = mendRnetProgress(rc);
-  struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
-  if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
-    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mhandle };
-    rc->nPosted++;
-    if (rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();  /* the clock starts with the first unacked */
-    *request = r;
-    res = mendRnetProgress(rc);
-  }
-  pthread_mutex_unlock(&rc->lock);
-  return res;
+  return postMessage(rc, data, size, mhandle, request);
 }
 
 static ncclResult_t rnetIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
@@ -410,18 +417,7 @@ static ncclResult_t rnetIrecv(void* recvComm, int n, void** data, size_t* sizes,
   MENDARGCHECK(mh == NULL || ((struct rnetMr*)mh)->magic == RNET_MR_MAGIC, ncclInvalidArgument,
                "NET/Resilient: irecv: %p is not a registration of this Net", mh);
   (void)tags;
-  *request = NULL;
-  pthread_mutex_lock(&rc->lock);
-  ncclResult_t res = mendRnetProgress(rc);
-  struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
-  if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
-    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data[0], .size = sizes[0], .mr = mh };
-    rc->nPosted++;
-    *request = r;
-    res = mendRnetProgress(rc);
-  }
-  pthread_mutex_unlock(&rc->lock);
-  return res;
+  return postMessage(rc, data[0], sizes[0], mh, request);
 }
 
 static ncclResult_t rnetTest(void* request, int* done, int* sizes) {

@@ -121,6 +121,18 @@ static ncclResult_t receiverStart(struct rnetComm* rc, int p, const char* peerHa
 
 static ncclResult_t receiverReady(struct rnetComm* rc, int p);
 
+/* Path p is a live backup again at our end. */
+static void rbDone(struct rnetComm* rc, int p) {
+  struct rnetPath* path = rc->paths + p;
+  path->rbStage = RNET_RB_NONE;
+  atomic_fetch_sub(&rc->rebuilding, 1);
+  atomic_store(&path->state, RNET_PATH_IDLE);
+  path->rbFailures = 0;
+  atomic_store(&path->rbPosted, 0);
+  rc->rebuilds++;
+  mendRnetEvent("rebuilt", rc, p, "none", NULL);
+}
+
 /* Our side of path p is connected: register and stand by (or, receiver, wait for REBUILT). */
 static ncclResult_t rbConnected(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
@@ -135,14 +147,8 @@ static ncclResult_t rbConnected(struct rnetComm* rc, int p) {
     path->rbStage = RNET_RB_CONFIRM;
     return path->confirmed ? receiverReady(rc, p) : ncclSuccess;
   }
-  path->rbStage = RNET_RB_NONE;
-  atomic_fetch_sub(&rc->rebuilding, 1);
-  atomic_store(&path->state, RNET_PATH_IDLE);
-  path->rbFailures = 0;
-  atomic_store(&path->rbPosted, 0);
-  rc->rebuilds++;
+  rbDone(rc, p);
   mendRnetNotify(rc, RNET_NOTE_REBUILT, p, 0, NULL);
-  mendRnetEvent("rebuilt", rc, p, "none", NULL);
   if (rc->ctx->resil) {
     mendResilNicUp(rc->ctx->resil, rc->ctx->rank, path->localDev);
     mendResilNicUp(rc->ctx->resil, rc->peerRank, path->remoteDev);
@@ -153,13 +159,7 @@ static ncclResult_t rbConnected(struct rnetComm* rc, int p) {
 /* Receiver: p is a live backup again; if it comes before the active path, move back to it. */
 static ncclResult_t receiverReady(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
-  path->rbStage = RNET_RB_NONE;
-  atomic_fetch_sub(&rc->rebuilding, 1);
-  atomic_store(&path->state, RNET_PATH_IDLE);
-  path->rbFailures = 0;
-  atomic_store(&path->rbPosted, 0);
-  rc->rebuilds++;
-  mendRnetEvent("rebuilt", rc, p, "none", NULL);
+  rbDone(rc, p);
   int old = rc->active;
   if (old < 0 || p >= old) return ncclSuccess;
   INFO(MEND_RESIL, "NET/Resilient: conn %llx fails back from path %d (device %d) to path %d (device %d) at message %llu",
