@@ -1,150 +1,36 @@
-// The socket Net over loopback: devices, non-blocking handshake, data of every size and shape,
-// back-pressure, ordering, truncation, peer failures, fault injection, close in flight, throughput.
+// The socket Net over loopback: devices, non-blocking handshake, truncation, peer failures, fault
+// injection, close in flight, bad arguments, and two "hosts" in network namespaces with a failing
+// rail.  Data of every size and shape, ordering and throughput are in test_net_socket_data.cc.
 #include <gtest/gtest.h>
 
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "net_socket_fixture.h"
+
 extern "C" {
 #include "misc/fault.h"
-#include "misc/param.h"
-#include "transport/net.h"
-// From transport/net_socket.h (private, C-only: it holds _Atomic fields).
-void mendNetSocketResetForTest(void);
 }
 
 namespace {
 
-const mendNet_t* N = &mendNetSocket;
-const char* kVars[] = {"NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "MEND_SOCKET_CHUNKSIZE",
-                       "MEND_SOCKET_INLINE", "MEND_CONNECT_TIMEOUT_MS"};
-
-double nowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-void fill(std::vector<char>& v, unsigned seed) {
-  for (size_t i = 0; i < v.size(); i++) v[i] = (char)((i * 131 + seed * 7 + (i >> 12)) & 0xff);
-}
-
-// Loopback, a known configuration, fresh device discovery; a watchdog kills a hung test.
-class NetSocketBase : public ::testing::Test {
- protected:
-  void SetUp() override {
-    for (const char* v : kVars) {
-      const char* old = getenv(v);
-      saved_.push_back(old ? std::string(old) : std::string("\x01"));
-      unsetenv(v);
-    }
-    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-    Reconfigure();
-    ASSERT_EQ(N->init(&ctx_, 1, mendDebugLog), ncclSuccess);
-    alarm(120);  // SIGALRM's default action ends the run: a hang is a failure
-  }
-  void TearDown() override {
-    alarm(0);
-    N->finalize(ctx_);
-    for (size_t i = 0; i < saved_.size(); i++) {
-      if (saved_[i] == "\x01") unsetenv(kVars[i]);
-      else setenv(kVars[i], saved_[i].c_str(), 1);
-    }
-    Reconfigure();
-  }
-  static void Reconfigure() {
-    mendParamResetCache();
-    mendNetSocketResetForTest();
-  }
-  static void SetConfig(int threads, int socks, long chunk = 0, long inl = -1) {
-    auto put = [](const char* n, long v) { setenv(n, std::to_string(v).c_str(), 1); };
-    put("NCCL_SOCKET_NTHREADS", threads);
-    put("NCCL_NSOCKS_PERTHREAD", socks);
-    if (chunk > 0) put("MEND_SOCKET_CHUNKSIZE", chunk);
-    if (inl >= 0) put("MEND_SOCKET_INLINE", inl);
-    Reconfigure();
-  }
-
-  // Listen, then call connect and accept until both return a comm; every call must return fast.
-  void Connect(void** sc, void** rc, double* maxCallMs = nullptr) {
-    char handle[MEND_NET_HANDLE_MAXSIZE] = {};
-    void* lc = nullptr;
-    *sc = *rc = nullptr;
-    ASSERT_EQ(N->listen(ctx_, 0, handle, &lc), ncclSuccess);
-    ASSERT_NE(lc, nullptr);
-    double worst = 0, t0 = nowMs();
-    while ((!*sc || !*rc) && nowMs() - t0 < 10000) {
-      double a = nowMs();
-      if (!*sc) { ASSERT_EQ(N->connect(ctx_, 0, handle, sc), ncclSuccess); }
-      if (!*rc) { ASSERT_EQ(N->accept(lc, rc), ncclSuccess); }
-      worst = std::max(worst, nowMs() - a);
-    }
-    ASSERT_TRUE(*sc && *rc) << "handshake did not complete in 10 s";
-    EXPECT_EQ(N->closeListen(lc), ncclSuccess);
-    if (maxCallMs) *maxCallMs = worst;
-  }
-
-  // Test both requests until done (either may be NULL); returns the first error.
-  static ncclResult_t Drive(void* sreq, void* rreq, int* ssize, int* rsize, double timeoutMs = 20000) {
-    int sdone = sreq == nullptr, rdone = rreq == nullptr;
-    double t0 = nowMs();
-    while (!(sdone && rdone)) {
-      if (nowMs() - t0 > timeoutMs) return ncclInProgress;
-      if (!sdone) {
-        ncclResult_t r = N->test(sreq, &sdone, ssize);
-        if (r != ncclSuccess) return r;
-      }
-      if (!rdone) {
-        ncclResult_t r = N->test(rreq, &rdone, rsize);
-        if (r != ncclSuccess) return r;
-      }
-    }
-    return ncclSuccess;
-  }
-
-  // One message of `bytes` into a buffer of `bytes + slack`; checks size, content, untouched tail.
-  void Exchange(void* sc, void* rc, size_t bytes, unsigned seed) {
-    std::vector<char> src(bytes), dst(bytes + 64, 0x5a);
-    fill(src, seed);
-    void *smh = nullptr, *rmh = nullptr, *sreq = nullptr, *rreq = nullptr;
-    ASSERT_EQ(N->regMr(sc, src.data(), bytes, MEND_PTR_HOST, &smh), ncclSuccess);
-    ASSERT_EQ(N->regMr(rc, dst.data(), dst.size(), MEND_PTR_HOST, &rmh), ncclSuccess);
-    void* rdata = dst.data();
-    size_t rsz = dst.size();
-    int tag = 0, ssize = -1, rsize = -1;
-    ASSERT_EQ(N->irecv(rc, 1, &rdata, &rsz, &tag, &rmh, &rreq), ncclSuccess);
-    ASSERT_EQ(N->isend(sc, src.data(), bytes, 0, smh, &sreq), ncclSuccess);
-    ASSERT_TRUE(sreq && rreq);
-    ASSERT_EQ(Drive(sreq, rreq, &ssize, &rsize), ncclSuccess) << bytes << " bytes";
-    EXPECT_EQ((size_t)rsize, bytes);
-    EXPECT_EQ((size_t)ssize, bytes);
-    if (bytes > 0) { EXPECT_EQ(memcmp(src.data(), dst.data(), bytes), 0) << bytes << " bytes"; }
-    for (size_t i = bytes; i < dst.size(); i++) ASSERT_EQ(dst[i], 0x5a) << "write past the message at " << i;
-    EXPECT_EQ(N->deregMr(sc, smh), ncclSuccess);
-    EXPECT_EQ(N->deregMr(rc, rmh), ncclSuccess);
-  }
-
-  void* ctx_ = nullptr;
-  std::vector<std::string> saved_;
-};
+using mendtest::fill;
+using mendtest::N;
+using mendtest::NetSocketBase;
+using mendtest::nowMs;
 
 class NetSocketDev : public NetSocketBase {};
 class NetSocketConn : public NetSocketBase {};
-class NetSocketData : public NetSocketBase {};
 class NetSocketErr : public NetSocketBase {};
-class NetSocketPerf : public NetSocketBase {};
 
 TEST_F(NetSocketDev, LoopbackProperties) {
   int ndev = 0;
@@ -282,130 +168,6 @@ TEST_F(NetSocketConn, TwoConnectionsOnOneListener) {
   for (void* s : {s1, s2}) EXPECT_EQ(N->closeSend(s), ncclSuccess);
   for (void* r : {r1, r2}) EXPECT_EQ(N->closeRecv(r), ncclSuccess);
 }
-
-// Every size on several connection shapes: (threads, sockets per thread, chunk, inline).
-struct Shape {
-  int threads, socks;
-  long chunk, inl;
-};
-class NetSocketShapes : public NetSocketBase, public ::testing::WithParamInterface<Shape> {};
-
-TEST_P(NetSocketShapes, SizesAndContent) {
-  Shape s = GetParam();
-  SetConfig(s.threads, s.socks, s.chunk, s.inl);
-  void *sc, *rc;
-  Connect(&sc, &rc);
-  unsigned seed = 1;
-  for (size_t bytes : {(size_t)0, (size_t)1, (size_t)4095, (size_t)1 << 20, (size_t)3 * 1000 * 1001, (size_t)64 << 20})
-    Exchange(sc, rc, bytes, seed++);
-  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
-  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
-}
-
-INSTANTIATE_TEST_SUITE_P(NetSocket, NetSocketShapes,
-                         ::testing::Values(Shape{-2, -2, 0, -1},            // Mend's default
-                                           Shape{0, 1, 0, -1},              // caller-driven, one socket
-                                           Shape{0, 3, 65536, 0},           // caller-driven, no inline
-                                           Shape{2, 2, 4096, 100},          // 4 sockets, tiny chunks
-                                           Shape{4, 16, 131072, 16384}));   // 64 sockets
-
-TEST_F(NetSocketData, BackPressureAndManyOutstanding) {
-  void *sc, *rc;
-  Connect(&sc, &rc);
-  const int n = MEND_NET_MAX_REQUESTS;
-  const size_t bytes = 200000;
-  std::vector<std::vector<char>> src(n, std::vector<char>(bytes)), dst(n, std::vector<char>(bytes));
-  std::vector<void*> sreq(n, nullptr), rreq(n, nullptr);
-  for (int i = 0; i < n; i++) {
-    fill(src[i], 100 + i);
-    ASSERT_EQ(N->isend(sc, src[i].data(), bytes, 0, nullptr, &sreq[i]), ncclSuccess);
-    ASSERT_NE(sreq[i], nullptr) << i;
-  }
-  void* extra = (void*)1;
-  char x = 0;
-  ASSERT_EQ(N->isend(sc, &x, 1, 0, nullptr, &extra), ncclSuccess);
-  EXPECT_EQ(extra, nullptr) << "the 33rd isend must be refused with a NULL request";
-  for (int i = 0; i < n; i++) {
-    void* d = dst[i].data();
-    size_t sz = bytes;
-    int tag = 0;
-    void* mh = nullptr;
-    ASSERT_EQ(N->irecv(rc, 1, &d, &sz, &tag, &mh, &rreq[i]), ncclSuccess);
-    ASSERT_NE(rreq[i], nullptr) << i;
-  }
-  void* d = &x;
-  size_t one = 1;
-  int tag = 0;
-  void* mh = nullptr;
-  extra = (void*)1;
-  ASSERT_EQ(N->irecv(rc, 1, &d, &one, &tag, &mh, &extra), ncclSuccess);
-  EXPECT_EQ(extra, nullptr) << "the 33rd irecv must be refused with a NULL request";
-  // Complete in reverse order of posting: test() must not depend on order.
-  for (int i = n - 1; i >= 0; i--) {
-    int ss, rs;
-    ASSERT_EQ(Drive(sreq[i], rreq[i], &ss, &rs), ncclSuccess);
-    EXPECT_EQ((size_t)rs, bytes);
-    EXPECT_EQ(memcmp(src[i].data(), dst[i].data(), bytes), 0) << i;
-  }
-  Exchange(sc, rc, 12345, 9);  // slots are free again
-  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
-  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
-}
-
-// 1000 messages, small ones inline and some on the data sockets, pipelined 32 deep; every receive
-// must get the message of its posting rank.
-TEST_F(NetSocketData, OrderingOf1000) {
-  SetConfig(1, 2, 4096, 256);
-  void *sc, *rc;
-  Connect(&sc, &rc);
-  const int total = 1000, window = MEND_NET_MAX_REQUESTS;
-  auto sizeOf = [](int i) { return (size_t)(i % 50 == 7 ? 20000 + i : 4 + (i * 37) % 300); };
-  std::vector<std::vector<char>> src(total), dst(total);
-  std::vector<void*> sreq(total, nullptr), rreq(total, nullptr);
-  std::vector<int> sdone(total, 0), rdone(total, 0), rsize(total, -1);
-  for (int i = 0; i < total; i++) {
-    src[i].resize(sizeOf(i));
-    fill(src[i], i);
-    memcpy(src[i].data(), &i, sizeof(i));
-    dst[i].assign(20000 + total, 0);
-  }
-  int ns = 0, nr = 0, doneS = 0, doneR = 0;
-  double t0 = nowMs();
-  while ((doneS < total || doneR < total) && nowMs() - t0 < 30000) {
-    while (ns < total && ns - doneS < window) {
-      ASSERT_EQ(N->isend(sc, src[ns].data(), src[ns].size(), 0, nullptr, &sreq[ns]), ncclSuccess);
-      if (!sreq[ns]) break;
-      ns++;
-    }
-    while (nr < total && nr - doneR < window) {
-      void* d = dst[nr].data();
-      size_t sz = dst[nr].size();
-      int tag = 0;
-      void* mh = nullptr;
-      ASSERT_EQ(N->irecv(rc, 1, &d, &sz, &tag, &mh, &rreq[nr]), ncclSuccess);
-      if (!rreq[nr]) break;
-      nr++;
-    }
-    for (int i = doneS; i < ns; i++)
-      if (!sdone[i]) { int s; ASSERT_EQ(N->test(sreq[i], &sdone[i], &s), ncclSuccess); }
-    for (int i = doneR; i < nr; i++)
-      if (!rdone[i]) { ASSERT_EQ(N->test(rreq[i], &rdone[i], &rsize[i]), ncclSuccess); }
-    while (doneS < ns && sdone[doneS]) doneS++;
-    while (doneR < nr && rdone[doneR]) doneR++;
-  }
-  ASSERT_EQ(doneS, total);
-  ASSERT_EQ(doneR, total);
-  for (int i = 0; i < total; i++) {
-    int idx;
-    memcpy(&idx, dst[i].data(), sizeof(idx));
-    ASSERT_EQ(idx, i) << "receive " << i << " got message " << idx;
-    ASSERT_EQ((size_t)rsize[i], src[i].size()) << i;
-    ASSERT_EQ(memcmp(src[i].data(), dst[i].data(), src[i].size()), 0) << i;
-  }
-  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
-  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
-}
-
 TEST_F(NetSocketErr, TruncationFailsTheConnection) {
   void *sc, *rc;
   Connect(&sc, &rc);
@@ -547,114 +309,39 @@ TEST_F(NetSocketErr, BadArguments) {
   EXPECT_EQ(N->closeSend(sc), ncclSuccess);
   EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
 }
-
-// Throughput of 4 MiB messages between two threads (printed, not asserted; see docs/net.md).
-// Like a proxy, a thread whose request is not done yet gives the CPU away before testing again:
-// on 2 cores, two threads spinning in test() starve the helpers (and the kernel's TCP work).
-double Throughput(void* sc, void* rc, size_t bytes, int iters) {
-  std::vector<char> src(bytes), dst(bytes);
-  fill(src, 42);
-  std::atomic<int> failed{0};
-  double t0 = nowMs();
-  std::thread rx([&] {
-    const int depth = 4;
-    std::vector<void*> reqs;
-    for (int posted = 0, done = 0; done < iters && !failed;) {
-      while (posted < iters && posted - done < depth) {
-        void *req = nullptr, *d = dst.data(), *mh = nullptr;
-        size_t sz = bytes;
-        int tag = 0;
-        if (N->irecv(rc, 1, &d, &sz, &tag, &mh, &req) != ncclSuccess) { failed = 1; return; }
-        if (!req) break;
-        reqs.push_back(req);
-        posted++;
-      }
-      int fin = 0, s;
-      if (N->test(reqs[done], &fin, &s) != ncclSuccess) { failed = 1; return; }
-      if (fin) done++;
-      else sched_yield();
-    }
-  });
-  const int depth = 4;
-  std::vector<void*> reqs;
-  for (int posted = 0, done = 0; done < iters && !failed;) {
-    while (posted < iters && posted - done < depth) {
-      void* req = nullptr;
-      if (N->isend(sc, src.data(), bytes, 0, nullptr, &req) != ncclSuccess) { failed = 1; break; }
-      if (!req) break;
-      reqs.push_back(req);
-      posted++;
-    }
-    int fin = 0, s;
-    if (N->test(reqs[done], &fin, &s) != ncclSuccess) { failed = 1; break; }
-    if (fin) done++;
-    else sched_yield();
-  }
-  rx.join();
-  double sec = (nowMs() - t0) / 1e3;
-  EXPECT_EQ(failed.load(), 0);
-  EXPECT_EQ(memcmp(src.data(), dst.data(), bytes), 0);
-  return (double)bytes * iters / sec / 1e9;
-}
-
-TEST_F(NetSocketPerf, Throughput4MiB) {
-  struct { const char* name; int threads, socks; } cfgs[] = {
-      {"1 socket, caller-driven (0 threads)", 0, 1},
-      {"2 sockets, caller-driven (0 threads)", 0, 2},
-      {"1 socket, 1 helper thread", 1, 1},
-      {"default (1 helper thread, 2 sockets)", -2, -2},
-      {"2 sockets, 2 helper threads", 2, 1},
-      {"4 sockets, 2 helper threads", 2, 2},
-  };
-  for (auto& c : cfgs) {
-    SetConfig(c.threads, c.socks);
-    void *sc, *rc;
-    Connect(&sc, &rc);
-    Throughput(sc, rc, 4 << 20, 16);  // warm-up: TCP buffer autotuning
-    std::vector<double> runs;
-    for (int r = 0; r < 3; r++) runs.push_back(Throughput(sc, rc, 4 << 20, 96));
-    std::sort(runs.begin(), runs.end());
-    printf("[ NetSocket ] 4 MiB messages over loopback, %-38s median %.2f GB/s (min %.2f, max %.2f)\n", c.name,
-           runs[1], runs[0], runs[2]);
-    EXPECT_GT(runs[1], 0.0);
-    EXPECT_EQ(N->closeSend(sc), ncclSuccess);
-    EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
-  }
-}
-
-// Small-message latency on the inline path: post, then test both ends from one thread.
-TEST_F(NetSocketPerf, SmallMessageLatency) {
-  void *sc, *rc;
-  Connect(&sc, &rc);
-  for (size_t bytes : {(size_t)8, (size_t)4096}) {
-    std::vector<char> src(bytes, 7), dst(bytes);
-    const int iters = 2000;
-    double t0 = nowMs();
-    for (int i = 0; i < iters; i++) {
-      void *sreq = nullptr, *rreq = nullptr, *d = dst.data(), *mh = nullptr;
-      size_t sz = bytes;
-      int tag = 0, s, r;
-      ASSERT_EQ(N->irecv(rc, 1, &d, &sz, &tag, &mh, &rreq), ncclSuccess);
-      ASSERT_EQ(N->isend(sc, src.data(), bytes, 0, nullptr, &sreq), ncclSuccess);
-      ASSERT_EQ(Drive(sreq, rreq, &s, &r), ncclSuccess);
-      ASSERT_EQ((size_t)r, bytes);
-    }
-    printf("[ NetSocket ] %zu-byte message, one thread posting and testing both ends: %.1f us per message\n", bytes,
-           (nowMs() - t0) * 1e3 / iters);
-  }
-  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
-  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
-}
-
 // ---- Two "hosts" (network namespaces) joined by two veth pairs, run by
 // tests/integration/test_net_socket_ns.sh: one process per namespace, MEND_NETSOCK_NS_ROLE=send|recv,
 // handles and phase markers exchanged as files in MEND_NETSOCK_NS_DIR.  Skipped when run alone.
+
+// Keep 4 receives of 4 MiB posted on `rc` until `stop` says so (a stalled rail gives no error here).
+static void DrainUntil(void* rc, const std::function<bool()>& stop) {
+  std::vector<char> buf(4 << 20);
+  std::vector<void*> reqs;
+  while (!stop()) {
+    while (reqs.size() < 4) {
+      void *req = nullptr, *d = buf.data(), *mh = nullptr;
+      size_t sz = buf.size();
+      int tag = 0;
+      if (N->irecv(rc, 1, &d, &sz, &tag, &mh, &req) != ncclSuccess || !req) break;
+      reqs.push_back(req);
+    }
+    int done = 0, s;
+    if (reqs.empty() || N->test(reqs.front(), &done, &s) != ncclSuccess) {
+      usleep(10000);
+      continue;
+    }
+    if (done) reqs.erase(reqs.begin());
+    else usleep(100);
+  }
+}
+
 class NetSocketNs : public NetSocketBase {
  protected:
   void SetUp() override {
     NetSocketBase::SetUp();
     role_ = getenv("MEND_NETSOCK_NS_ROLE") ? getenv("MEND_NETSOCK_NS_ROLE") : "";
     dir_ = getenv("MEND_NETSOCK_NS_DIR") ? getenv("MEND_NETSOCK_NS_DIR") : "";
+    recv_ = role_ == "recv";
     if (role_.empty() || dir_.empty()) return;
     setenv("NCCL_SOCKET_IFNAME", getenv("MEND_NETSOCK_NS_IFNAME") ? getenv("MEND_NETSOCK_NS_IFNAME") : "mrail", 1);
     // The connection shape to measure (the base fixture cleared NCCL_SOCKET_NTHREADS and friends).
@@ -684,99 +371,80 @@ class NetSocketNs : public NetSocketBase {
       fclose(f);
     }
   }
-  std::string role_, dir_;
-};
 
-// Keep 4 receives of 4 MiB posted on `rc` until `stop` says so (a stalled rail gives no error here).
-static void DrainUntil(void* rc, const std::function<bool()>& stop) {
-  std::vector<char> buf(4 << 20);
-  std::vector<void*> reqs;
-  while (!stop()) {
-    while (reqs.size() < 4) {
-      void *req = nullptr, *d = buf.data(), *mh = nullptr;
-      size_t sz = buf.size();
-      int tag = 0;
-      if (N->irecv(rc, 1, &d, &sz, &tag, &mh, &req) != ncclSuccess || !req) break;
-      reqs.push_back(req);
-    }
-    int done = 0, s;
-    if (reqs.empty() || N->test(reqs.front(), &done, &s) != ncclSuccess) {
-      usleep(10000);
-      continue;
-    }
-    if (done) reqs.erase(reqs.begin());
-    else usleep(100);
-  }
-}
-
-TEST_F(NetSocketNs, TwoRailsAndOneFails) {
-  if (role_.empty() || dir_.empty()) GTEST_SKIP() << "run by tests/integration/test_net_socket_ns.sh";
-  int ndev = 0;
-  ASSERT_EQ(N->devices(&ndev), ncclSuccess);
-  ASSERT_EQ(ndev, 2) << "two rails expected";
-  for (int d = 0; d < 2; d++) {
-    struct mendNetProperties p;
-    ASSERT_EQ(N->getProperties(d, &p), ncclSuccess);
-    EXPECT_EQ(std::string(p.name), "mrail" + std::to_string(d));  // sorted by name
-    EXPECT_EQ(p.pciPath, nullptr);                                 // veth: no device
-    EXPECT_GT(p.speed, 0);
-  }
-  void* comm[2] = {nullptr, nullptr};
-  bool recv = role_ == "recv";
-  if (recv) {
-    void* lc[2];
+  // The two rails are the Net's devices, sorted by name.
+  void CheckRails() {
+    int ndev = 0;
+    ASSERT_EQ(N->devices(&ndev), ncclSuccess);
+    ASSERT_EQ(ndev, 2) << "two rails expected";
     for (int d = 0; d < 2; d++) {
-      char h[MEND_NET_HANDLE_MAXSIZE] = {};
-      ASSERT_EQ(N->listen(ctx_, d, h, &lc[d]), ncclSuccess);
-      Mark("handle" + std::to_string(d), h, sizeof(h));
-    }
-    double t0 = nowMs();
-    while ((!comm[0] || !comm[1]) && nowMs() - t0 < 30000) {
-      for (int d = 0; d < 2; d++) {
-        if (!comm[d]) { ASSERT_EQ(N->accept(lc[d], &comm[d]), ncclSuccess); }
-      }
-      usleep(1000);
-    }
-    for (int d = 0; d < 2; d++) EXPECT_EQ(N->closeListen(lc[d]), ncclSuccess);
-  } else {
-    char h[2][MEND_NET_HANDLE_MAXSIZE];
-    for (int d = 0; d < 2; d++) WaitMark("handle" + std::to_string(d), h[d], sizeof(h[d]));
-    double t0 = nowMs();
-    while ((!comm[0] || !comm[1]) && nowMs() - t0 < 30000) {
-      for (int d = 0; d < 2; d++) {
-        if (!comm[d]) { ASSERT_EQ(N->connect(ctx_, d, h[d], &comm[d]), ncclSuccess); }
-      }
-      usleep(1000);
+      struct mendNetProperties p;
+      ASSERT_EQ(N->getProperties(d, &p), ncclSuccess);
+      EXPECT_EQ(std::string(p.name), "mrail" + std::to_string(d));  // sorted by name
+      EXPECT_EQ(p.pciPath, nullptr);                                 // veth: no device
+      EXPECT_GT(p.speed, 0);
     }
   }
-  ASSERT_TRUE(comm[0] && comm[1]) << "handshake on both rails";
+
+  // One comm per rail: the receiver listens and publishes the handles, the sender connects.
+  void ConnectRails() {
+    if (recv_) {
+      void* lc[2];
+      for (int d = 0; d < 2; d++) {
+        char h[MEND_NET_HANDLE_MAXSIZE] = {};
+        ASSERT_EQ(N->listen(ctx_, d, h, &lc[d]), ncclSuccess);
+        Mark("handle" + std::to_string(d), h, sizeof(h));
+      }
+      double t0 = nowMs();
+      while ((!comm_[0] || !comm_[1]) && nowMs() - t0 < 30000) {
+        for (int d = 0; d < 2; d++) {
+          if (!comm_[d]) { ASSERT_EQ(N->accept(lc[d], &comm_[d]), ncclSuccess); }
+        }
+        usleep(1000);
+      }
+      for (int d = 0; d < 2; d++) EXPECT_EQ(N->closeListen(lc[d]), ncclSuccess);
+    } else {
+      char h[2][MEND_NET_HANDLE_MAXSIZE];
+      for (int d = 0; d < 2; d++) WaitMark("handle" + std::to_string(d), h[d], sizeof(h[d]));
+      double t0 = nowMs();
+      while ((!comm_[0] || !comm_[1]) && nowMs() - t0 < 30000) {
+        for (int d = 0; d < 2; d++) {
+          if (!comm_[d]) { ASSERT_EQ(N->connect(ctx_, d, h[d], &comm_[d]), ncclSuccess); }
+        }
+        usleep(1000);
+      }
+    }
+    ASSERT_TRUE(comm_[0] && comm_[1]) << "handshake on both rails";
+  }
 
   // Phase 1: both rails carry data, checked byte for byte (one side sends, the other receives).
-  for (int d = 0; d < 2; d++) {
-    for (size_t bytes : {(size_t)100, (size_t)64 << 20}) {
-      std::vector<char> buf(bytes);
-      void *req = nullptr, *d0 = buf.data(), *mh = nullptr;
-      size_t sz = bytes;
-      int tag = 0, got = -1;
-      if (recv) {
-        ASSERT_EQ(N->irecv(comm[d], 1, &d0, &sz, &tag, &mh, &req), ncclSuccess);
-      } else {
-        fill(buf, d * 10 + (unsigned)(bytes & 7));
-        ASSERT_EQ(N->isend(comm[d], buf.data(), bytes, 0, nullptr, &req), ncclSuccess);
-      }
-      ASSERT_NE(req, nullptr);
-      ASSERT_EQ(Drive(recv ? nullptr : req, recv ? req : nullptr, &got, &got, 30000), ncclSuccess);
-      if (recv) {
-        std::vector<char> want(bytes);
-        fill(want, d * 10 + (unsigned)(bytes & 7));
-        EXPECT_EQ((size_t)got, bytes);
-        EXPECT_EQ(memcmp(want.data(), buf.data(), bytes), 0) << "rail " << d;
+  void CheckDataOnRails() {
+    for (int d = 0; d < 2; d++) {
+      for (size_t bytes : {(size_t)100, (size_t)64 << 20}) {
+        std::vector<char> buf(bytes);
+        void *req = nullptr, *d0 = buf.data(), *mh = nullptr;
+        size_t sz = bytes;
+        int tag = 0, got = -1;
+        if (recv_) {
+          ASSERT_EQ(N->irecv(comm_[d], 1, &d0, &sz, &tag, &mh, &req), ncclSuccess);
+        } else {
+          fill(buf, d * 10 + (unsigned)(bytes & 7));
+          ASSERT_EQ(N->isend(comm_[d], buf.data(), bytes, 0, nullptr, &req), ncclSuccess);
+        }
+        ASSERT_NE(req, nullptr);
+        ASSERT_EQ(Drive(recv_ ? nullptr : req, recv_ ? req : nullptr, &got, &got, 30000), ncclSuccess);
+        if (recv_) {
+          std::vector<char> want(bytes);
+          fill(want, d * 10 + (unsigned)(bytes & 7));
+          EXPECT_EQ((size_t)got, bytes);
+          EXPECT_EQ(memcmp(want.data(), buf.data(), bytes), 0) << "rail " << d;
+        }
       }
     }
   }
 
   // Throughput over rail 0 (printed by the sender; see docs/net.md).
-  {
+  void MeasureRail0() {
     const size_t bytes = 4 << 20;
     const int warmup = 16, iters = 128;  // warm-up: TCP buffer autotuning
     std::vector<char> buf(bytes, 1);
@@ -788,8 +456,8 @@ TEST_F(NetSocketNs, TwoRailsAndOneFails) {
         void *req = nullptr, *d0 = buf.data(), *mh = nullptr;
         size_t sz = bytes;
         int tag = 0;
-        if (recv) { ASSERT_EQ(N->irecv(comm[0], 1, &d0, &sz, &tag, &mh, &req), ncclSuccess); }
-        else { ASSERT_EQ(N->isend(comm[0], buf.data(), bytes, 0, nullptr, &req), ncclSuccess); }
+        if (recv_) { ASSERT_EQ(N->irecv(comm_[0], 1, &d0, &sz, &tag, &mh, &req), ncclSuccess); }
+        else { ASSERT_EQ(N->isend(comm_[0], buf.data(), bytes, 0, nullptr, &req), ncclSuccess); }
         if (!req) break;
         reqs.push_back(req);
         posted++;
@@ -800,18 +468,16 @@ TEST_F(NetSocketNs, TwoRailsAndOneFails) {
       else usleep(50);  // like a proxy between polls
       ASSERT_LT(nowMs() - t0, 30000.0);
     }
-    if (!recv)
+    if (!recv_)
       printf("[ NetSocket ] 4 MiB messages over a veth rail, %s threads x %s sockets: %.2f GB/s\n",
              getenv("NCCL_SOCKET_NTHREADS") ? getenv("NCCL_SOCKET_NTHREADS") : "default",
              getenv("NCCL_NSOCKS_PERTHREAD") ? getenv("NCCL_NSOCKS_PERTHREAD") : "default",
              (double)bytes * iters / (nowMs() - tStart) / 1e6);
   }
 
-  // Phase 2: the receiver's rail 1 goes down (the script does it) while the sender streams on it.
-  // With MEND_SOCKET_USER_TIMEOUT_MS the sender's connection fails within bounded time; rail 0 lives.
-  if (recv) {
-    DrainUntil(comm[1], [&] { return Marked("rail1.failed"); });
-  } else {
+  // Phase 2, sender: stream on rail 1 until its connection fails (the script takes the receiver's
+  // rail 1 down meanwhile); the failure must be seen in bounded time, and the comm stays failed.
+  void StreamUntilRail1Fails() {
     std::vector<char> buf(4 << 20, 9);
     std::vector<void*> reqs;
     ncclResult_t res = ncclSuccess;
@@ -820,7 +486,7 @@ TEST_F(NetSocketNs, TwoRailsAndOneFails) {
     while (res == ncclSuccess && nowMs() - t0 < 40000) {
       while (reqs.size() < 4) {
         void* req = nullptr;
-        res = N->isend(comm[1], buf.data(), buf.size(), 0, nullptr, &req);
+        res = N->isend(comm_[1], buf.data(), buf.size(), 0, nullptr, &req);
         if (res != ncclSuccess || !req) break;
         reqs.push_back(req);
       }
@@ -846,23 +512,43 @@ TEST_F(NetSocketNs, TwoRailsAndOneFails) {
   }
 
   // Phase 3: rail 0 still works.
-  {
+  void CheckRail0() {
     std::vector<char> buf(1 << 20, 5);
     void *req = nullptr, *d0 = buf.data(), *mh = nullptr;
     size_t sz = buf.size();
     int tag = 0, got = -1;
-    if (recv) {
+    if (recv_) {
       std::fill(buf.begin(), buf.end(), 0);
-      ASSERT_EQ(N->irecv(comm[0], 1, &d0, &sz, &tag, &mh, &req), ncclSuccess);
+      ASSERT_EQ(N->irecv(comm_[0], 1, &d0, &sz, &tag, &mh, &req), ncclSuccess);
     } else {
-      ASSERT_EQ(N->isend(comm[0], buf.data(), buf.size(), 0, nullptr, &req), ncclSuccess);
+      ASSERT_EQ(N->isend(comm_[0], buf.data(), buf.size(), 0, nullptr, &req), ncclSuccess);
     }
-    ASSERT_EQ(Drive(recv ? nullptr : req, recv ? req : nullptr, &got, &got, 30000), ncclSuccess);
-    if (recv) { EXPECT_EQ(buf[12345], 5); }
+    ASSERT_EQ(Drive(recv_ ? nullptr : req, recv_ ? req : nullptr, &got, &got, 30000), ncclSuccess);
+    if (recv_) { EXPECT_EQ(buf[12345], 5); }
   }
+
+  std::string role_, dir_;
+  bool recv_ = false;                  // this process is the receiver
+  void* comm_[2] = {nullptr, nullptr};  // one comm per rail
+};
+
+TEST_F(NetSocketNs, TwoRailsAndOneFails) {
+  if (role_.empty() || dir_.empty()) GTEST_SKIP() << "run by tests/integration/test_net_socket_ns.sh";
+  ASSERT_NO_FATAL_FAILURE(CheckRails());
+  ASSERT_NO_FATAL_FAILURE(ConnectRails());
+  ASSERT_NO_FATAL_FAILURE(CheckDataOnRails());
+  ASSERT_NO_FATAL_FAILURE(MeasureRail0());
+  // Phase 2: the receiver's rail 1 goes down (the script does it) while the sender streams on it.
+  // With MEND_SOCKET_USER_TIMEOUT_MS the sender's connection fails within bounded time; rail 0 lives.
+  if (recv_) {
+    DrainUntil(comm_[1], [&] { return Marked("rail1.failed"); });
+  } else {
+    ASSERT_NO_FATAL_FAILURE(StreamUntilRail1Fails());
+  }
+  ASSERT_NO_FATAL_FAILURE(CheckRail0());
   // Close works on a failed or stalled comm, in bounded time.
   double t0 = nowMs();
-  for (int d = 0; d < 2; d++) EXPECT_EQ(recv ? N->closeRecv(comm[d]) : N->closeSend(comm[d]), ncclSuccess);
+  for (int d = 0; d < 2; d++) EXPECT_EQ(recv_ ? N->closeRecv(comm_[d]) : N->closeSend(comm_[d]), ncclSuccess);
   EXPECT_LT(nowMs() - t0, 3000.0);
 }
 
