@@ -25,9 +25,9 @@ static void expect(const char* name, ncclResult_t got, ncclResult_t want, const 
            ncclGetErrorString(got), want, last ? last : "(null)", word ? word : "");
 }
 
-/* Communicator creation and lifecycle calls with bad arguments (no peer is ever contacted). */
-static void lifecycleErrors(ncclComm_t c) {
-  const ncclResult_t IA = ncclInvalidArgument, IU = ncclInvalidUsage;
+/* Communicator creation with bad arguments (no peer is ever contacted). */
+static void initErrors(void) {
+  const ncclResult_t IA = ncclInvalidArgument;
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
   ncclComm_t nc = (ncclComm_t)0x1;
@@ -55,6 +55,12 @@ static void lifecycleErrors(ncclComm_t c) {
   int dup[2] = {0, 0};
   expect("api_errors_initall_dup", ncclCommInitAll(all, 2, dup), IA, "duplicate");
   expect("api_errors_initall_null", ncclCommInitAll(NULL, 2, NULL), IA, "comms");
+}
+
+/* Queries, split, shrink, revoke, finalize and abort with bad arguments. */
+static void queryAndSplitErrors(ncclComm_t c) {
+  const ncclResult_t IA = ncclInvalidArgument;
+  ncclComm_t nc = NULL;
   /* queries */
   int v;
   expect("api_errors_count_null_comm", ncclCommCount(NULL, &v), IA, "communicator");
@@ -81,6 +87,11 @@ static void lifecycleErrors(ncclComm_t c) {
   expect("api_errors_abort_null_ok", ncclCommAbort(NULL), ncclSuccess, NULL);
   int garbage[32] = {0};
   expect("api_errors_not_a_comm", ncclCommCount((ncclComm_t)garbage, &v), IA, "bad magic");
+}
+
+/* Memory, registration and window calls with bad arguments. */
+static void memoryErrors(ncclComm_t c) {
+  const ncclResult_t IA = ncclInvalidArgument;
   /* memory and registration */
   expect("api_errors_memalloc_null", ncclMemAlloc(NULL, 64), IA, "ptr");
   void* h = (void*)0x1;
@@ -93,7 +104,11 @@ static void lifecycleErrors(ncclComm_t c) {
   expect("api_errors_window_null", ncclCommWindowRegister(c, area, sizeof area, NULL, 0), IA, "win");
   expect("api_errors_window_flags", ncclCommWindowRegister(c, area, sizeof area, &win, 0x10), IA, "winFlags");
   expect("api_errors_window_dereg_bogus", ncclCommWindowDeregister(c, (ncclWindow_t)area), IA, "window");
-  /* user reduction ops */
+}
+
+/* User reduction ops with bad arguments. */
+static void redOpErrors(ncclComm_t c) {
+  const ncclResult_t IA = ncclInvalidArgument;
   ncclRedOp_t op;
   float scalar = 1;
   expect("api_errors_premulsum_null_op", ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat, ncclScalarHostImmediate, c),
@@ -108,7 +123,6 @@ static void lifecycleErrors(ncclComm_t c) {
          NULL), IA, "communicator");
   expect("api_errors_redop_destroy_builtin", ncclRedOpDestroy(ncclSum, c), IA, "builtin");
   expect("api_errors_redop_destroy_unknown", ncclRedOpDestroy((ncclRedOp_t)(ncclNumOps + 7), c), IA, "not alive");
-  (void)IU;
 }
 
 /* The memory, registration, query and user-op calls that succeed in host mode. */
@@ -161,21 +175,9 @@ static void deviceApi(ncclComm_t c) {
   if (create) expect("api_device_api_unsupported", create(c, req, out), ncclInvalidUsage, "device API");
 }
 
-int main(void) {
-  mtWatchdog(120);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "api_errors_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
-  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
-  ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
-  mtResult(res == ncclSuccess, "api_errors_initall", "ncclCommInitAll: %s", ncclGetErrorString(res));
-  if (res != ncclSuccess) return mtExitCode();
-  ncclComm_t c = comms[0];
-  float buf[64] = {0}, out[64];
-  const ncclResult_t IA = ncclInvalidArgument, IU = ncclInvalidUsage;
-
+/* Bad communicator, stream, datatype and reduction op in a collective. */
+static void collArgErrors(ncclComm_t c, float* buf, float* out) {
+  const ncclResult_t IA = ncclInvalidArgument;
   /* communicator */
   expect("api_errors_null_comm", ncclAllReduce(buf, out, 4, ncclFloat, ncclSum, NULL, NULL), IA, "communicator");
   expect("api_errors_null_comm_send", ncclSend(buf, 4, ncclFloat, 1, NULL, NULL), IA, "communicator");
@@ -189,13 +191,18 @@ int main(void) {
   expect("api_errors_op_neg", ncclReduce(buf, out, 4, ncclFloat, (ncclRedOp_t)-1, 0, c, NULL), IA, "reduction");
   ncclRedOp_t op;
   float scalar = 3;
-  res = ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, c);
+  ncclResult_t res = ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, c);
   mtResult(res == ncclSuccess, "api_errors_premulsum_create", "%s", ncclGetErrorString(res));
   expect("api_errors_premulsum_type", ncclAllReduce(buf, out, 4, ncclInt32, op, c, NULL), IA, "reduction");
   expect("api_errors_premulsum_other_comm", ncclAllReduce(buf, out, 4, ncclFloat, op, comms[1], NULL), IA,
          "reduction");
   ncclRedOpDestroy(op, c);
   expect("api_errors_premulsum_destroyed", ncclAllReduce(buf, out, 4, ncclFloat, op, c, NULL), IA, "reduction");
+}
+
+/* Roots, peers and buffers out of range or NULL; count 0 is valid. */
+static void rootAndBufferErrors(ncclComm_t c, float* buf, float* out) {
+  const ncclResult_t IA = ncclInvalidArgument;
   /* roots and peers */
   expect("api_errors_bcast_root", ncclBcast(buf, 4, ncclFloat, 2, c, NULL), IA, "root");
   expect("api_errors_broadcast_root", ncclBroadcast(buf, out, 4, ncclFloat, -1, c, NULL), IA, "root");
@@ -218,6 +225,11 @@ int main(void) {
   expect("api_errors_count0_bcast", ncclBroadcast(NULL, NULL, 0, ncclFloat, 1, c, NULL), ncclSuccess, NULL);
   expect("api_errors_count0_send", ncclSend(NULL, 0, ncclFloat, 1, c, NULL), ncclSuccess, NULL);
   expect("api_errors_count0_a2a", ncclAlltoAll(NULL, NULL, 0, ncclInt8, c, NULL), ncclSuccess, NULL);
+}
+
+/* Group calls out of order, errors reported at group end, simulation arguments. */
+static void groupErrors(ncclComm_t c, float* buf, float* out) {
+  const ncclResult_t IA = ncclInvalidArgument, IU = ncclInvalidUsage;
   /* groups */
   expect("api_errors_groupend_without_start", ncclGroupEnd(), IU, "group");
   ncclGroupStart();
@@ -236,18 +248,18 @@ int main(void) {
   info.magic = 0x74685283;
   expect("api_errors_simulate_ok", ncclGroupSimulateEnd(&info), ncclSuccess, NULL);
   mtResult(info.estimatedTime >= 0, "api_errors_simulate_time", "estimatedTime %g", info.estimatedTime);
-  lifecycleErrors(c);
-  hostModeCalls(c);
-  deviceApi(c);
-  /* a finalized communicator takes no more work */
+}
+
+/* A finalized communicator takes no more work; fresh communicators still work after all of this. */
+static void stillWorks(float* buf, float* out) {
   expect("api_errors_finalize", ncclCommFinalize(comms[1]), ncclSuccess, NULL);
-  expect("api_errors_after_finalize", ncclAllReduce(buf, out, 4, ncclFloat, ncclSum, comms[1], NULL), IU,
-         "finalized");
+  expect("api_errors_after_finalize", ncclAllReduce(buf, out, 4, ncclFloat, ncclSum, comms[1], NULL),
+         ncclInvalidUsage, "finalized");
   /* the communicators still work after all of this: a real two-rank AllReduce */
   for (int i = 0; i < 64; i++) buf[i] = (float)i;
   float out1[64];
   ncclComm_t pair[2];
-  res = ncclCommInitAll(pair, 2, NULL);
+  ncclResult_t res = ncclCommInitAll(pair, 2, NULL);
   if (res == ncclSuccess) {
     ncclGroupStart();
     ncclAllReduce(buf, out, 64, ncclFloat, ncclSum, pair[0], NULL);
@@ -266,6 +278,31 @@ int main(void) {
   } else {
     mtResult(0, "api_errors_still_works", "second ncclCommInitAll: %s", ncclGetErrorString(res));
   }
+}
+
+int main(void) {
+  mtWatchdog(120);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (!mtLoadedMend()) {
+    mtResult(0, "api_errors_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
+    return mtExitCode();
+  }
+  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
+  ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
+  mtResult(res == ncclSuccess, "api_errors_initall", "ncclCommInitAll: %s", ncclGetErrorString(res));
+  if (res != ncclSuccess) return mtExitCode();
+  ncclComm_t c = comms[0];
+  float buf[64] = {0}, out[64];
+  collArgErrors(c, buf, out);
+  rootAndBufferErrors(c, buf, out);
+  groupErrors(c, buf, out);
+  initErrors();
+  queryAndSplitErrors(c);
+  memoryErrors(c);
+  redOpErrors(c);
+  hostModeCalls(c);
+  deviceApi(c);
+  stillWorks(buf, out);
   ncclCommDestroy(comms[0]);
   ncclCommDestroy(comms[1]);
   return mtExitCode();
