@@ -9,12 +9,13 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "unit_util.h"
 
 extern "C" {
 #include "misc/param.h"
@@ -29,12 +30,6 @@ inline const mendNet_t* const N = &mendNetSocket;
 inline const char* const kNetSocketVars[] = {"NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD",
                                              "MEND_SOCKET_CHUNKSIZE", "MEND_SOCKET_INLINE", "MEND_CONNECT_TIMEOUT_MS"};
 
-inline double nowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 inline void fill(std::vector<char>& v, unsigned seed) {
   for (size_t i = 0; i < v.size(); i++) v[i] = (char)((i * 131 + seed * 7 + (i >> 12)) & 0xff);
 }
@@ -43,11 +38,7 @@ inline void fill(std::vector<char>& v, unsigned seed) {
 class NetSocketBase : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : kNetSocketVars) {
-      const char* old = getenv(v);
-      saved_.push_back(old ? std::string(old) : std::string("\x01"));
-      unsetenv(v);
-    }
+    env_.SaveAndUnset(kNetSocketVars);
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     Reconfigure();
     ASSERT_EQ(N->init(&ctx_, 1, mendDebugLog), ncclSuccess);
@@ -56,10 +47,7 @@ class NetSocketBase : public ::testing::Test {
   void TearDown() override {
     alarm(0);
     N->finalize(ctx_);
-    for (size_t i = 0; i < saved_.size(); i++) {
-      if (saved_[i] == "\x01") unsetenv(kNetSocketVars[i]);
-      else setenv(kNetSocketVars[i], saved_[i].c_str(), 1);
-    }
+    env_.Restore();
     Reconfigure();
   }
   static void Reconfigure() {
@@ -135,7 +123,7 @@ class NetSocketBase : public ::testing::Test {
   }
 
   void* ctx_ = nullptr;
-  std::vector<std::string> saved_;
+  EnvSnapshot env_;  // the variables above as they were before the test
 };
 
 }  // namespace mendtest

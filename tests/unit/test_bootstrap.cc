@@ -7,7 +7,6 @@
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <functional>
@@ -16,35 +15,13 @@
 #include <thread>
 #include <vector>
 
-// C11 headers with _Atomic: read them with plain volatile types of the same size and layout.
-#define _Atomic volatile
-#define atomic_load_explicit(p, mo) __atomic_load_n((p), (mo))
-#define memory_order_acquire __ATOMIC_ACQUIRE
-extern "C" {
-#include "bootstrap.h"
-#include "bootstrap_priv.h"
-#include "comm.h"
-#include "init.h"
-#include "misc/param.h"
-#include "misc/socket.h"
-}
-#undef atomic_load_explicit
-#undef memory_order_acquire
-#undef _Atomic
+#include "mend_internal.h"
+#include "unit_util.h"
 
 namespace {
 
-double nowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-void setEnv(const char* name, const char* value) {
-  if (value) setenv(name, value, 1);
-  else unsetenv(name);
-  mendParamResetCache();
-}
+using mendtest::nowMs;
+using mendtest::setEnv;
 
 ncclComm* newComm(int rank, int nRanks) {
   struct mendConfig cfg;

@@ -10,17 +10,7 @@
 #include <memory>
 #include <string>
 
-#define _Atomic volatile
-#define atomic_load_explicit(p, mo) __atomic_load_n((p), (mo))
-#define memory_order_acquire __ATOMIC_ACQUIRE
-extern "C" {
-#include "comm.h"
-#include "init.h"
-#include "misc/param.h"
-}
-#undef atomic_load_explicit
-#undef memory_order_acquire
-#undef _Atomic
+#include "mend_internal.h"
 
 namespace {
 

@@ -6,7 +6,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +13,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "unit_util.h"
 
 extern "C" {
 #include "misc/param.h"
@@ -24,11 +25,7 @@ void mendNetSocketResetForTest(void);
 
 namespace {
 
-double nowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+using mendtest::nowMs;
 
 // ---------------------------------------------------------------- the test base Net
 const mendNet_t* S = &mendNetSocket;
@@ -136,9 +133,7 @@ const mendNet_t* R = &mendNetResilient;
 class RnetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* old = getenv("NCCL_SOCKET_IFNAME");
-    saved_ = old ? old : "";
-    hadIf_ = old != nullptr;
+    env_.SaveAndUnset("NCCL_SOCKET_IFNAME");
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     mendParamResetCache();
     mendNetSocketResetForTest();
@@ -155,8 +150,7 @@ class RnetTest : public ::testing::Test {
     R->finalize(ctx_);
     mendRnetSetBase(nullptr);
     for (int d = 0; d < kMaxDevs; d++) gDead[d] = gMute[d] = 0;
-    if (hadIf_) setenv("NCCL_SOCKET_IFNAME", saved_.c_str(), 1);
-    else unsetenv("NCCL_SOCKET_IFNAME");
+    env_.Restore();
     mendParamResetCache();
     mendNetSocketResetForTest();
   }
@@ -259,8 +253,7 @@ class RnetTest : public ::testing::Test {
   void* sc_ = nullptr;
   void* rc_ = nullptr;
   std::vector<void*> extra_;
-  std::string saved_;
-  bool hadIf_ = false;
+  mendtest::EnvSnapshot env_;  // NCCL_SOCKET_IFNAME as it was before the test
 };
 
 TEST_F(RnetTest, HandshakeBuildsOnePathPerDevice) {

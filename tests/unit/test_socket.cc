@@ -5,7 +5,6 @@
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,35 +12,27 @@
 #include <thread>
 #include <vector>
 
-// C11 headers with _Atomic: read them with plain volatile types of the same size and layout.
-#define _Atomic volatile
+#include "mend_internal.h"
+#include "unit_util.h"
+
 extern "C" {
 #include "misc/fault.h"
-#include "misc/param.h"
-#include "misc/socket.h"
 }
-#undef _Atomic
 
 namespace {
 
-double nowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+using mendtest::nowMs;
 
 class SocketTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    unsetenv("NCCL_SOCKET_FAMILY");
-    mendParamResetCache();
+    mendtest::setEnv("NCCL_SOCKET_FAMILY", nullptr);
     alarm(60);  // SIGALRM ends the run: a hang is a failure
   }
   void TearDown() override {
     alarm(0);
     mendFaultClear();
-    unsetenv("NCCL_SOCKET_FAMILY");
-    mendParamResetCache();
+    mendtest::setEnv("NCCL_SOCKET_FAMILY", nullptr);
   }
   // A listener on 127.0.0.1, any port.
   void Listen(int* fd, union mendSocketAddr* bound) {

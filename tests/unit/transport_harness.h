@@ -8,45 +8,21 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <string>
 #include <vector>
 
-// The internal headers are C11 with _Atomic fields.  C++17 has no _Atomic, so read them with plain
-// (volatile) types of the same size and layout and use the __atomic builtins on them.
-#define _Atomic volatile
-#define atomic_load_explicit(p, mo) __atomic_load_n((p), (mo))
-#define memory_order_acquire __ATOMIC_ACQUIRE
-extern "C" {
-#include "bootstrap.h"
-#include "comm.h"
-#include "graph/graph.h"
-#include "misc/bell.h"
-#include "misc/param.h"
-#include "misc/utils.h"
-#include "transport/transport.h"
-}
-#undef atomic_load_explicit
-#undef memory_order_acquire
-#undef _Atomic
+#include "mend_internal.h"
+#include "unit_util.h"
 
 namespace tt {
 
-inline double now() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+// Monotonic time in seconds.
+inline double now() { return mendtest::nowMs() / 1e3; }
 
-// Set (or unset with NULL) a variable and drop the parameter cache.
-inline void setEnv(const char* name, const char* value) {
-  if (value) setenv(name, value, 1);
-  else unsetenv(name);
-  mendParamResetCache();
-}
+using mendtest::setEnv;
 
 // A communicator through the public API (bootstrap, peer info, mendTransportInit).
 inline ncclResult_t makeComm(int rank, int nRanks, const ncclUniqueId& id, ncclComm** out) {
