@@ -51,6 +51,16 @@ int mtLoadedMend(void) {
   return strcmp(want, got) == 0 && strstr(NCCL_SUFFIX, "mend") != NULL;
 }
 
+int mtStart(const char* test, int watchdogSeconds) {
+  mtWatchdog(watchdogSeconds);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (mtLoadedMend()) return 1;
+  char name[128];
+  snprintf(name, sizeof(name), "%s_loaded_mend", test);
+  mtResult(0, name, "the loaded libnccl.so.2 is not Mend's build");
+  return 0;
+}
+
 int mtExitCode(void) { return mtFailures ? 1 : 0; }
 
 double mtNow(void) {

@@ -16,6 +16,9 @@ void mtResult(int ok, const char* name, const char* fmt, ...) __attribute__((for
 void mtWatchdog(int seconds);
 /* 1 when ncclGetVersion was resolved from $MEND_BUILDDIR/lib (or build/lib) and the header is Mend's. */
 int mtLoadedMend(void);
+/* A test program's first step: the watchdog, line-buffered stdout, and the check that the loaded
+ * library is Mend's.  Returns 1 to go on; 0 after a failed result "<test>_loaded_mend". */
+int mtStart(const char* test, int watchdogSeconds);
 /* Exit code for main: 0 when every result passed. */
 int mtExitCode(void);
 /* Monotonic time in seconds. */

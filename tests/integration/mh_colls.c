@@ -483,10 +483,7 @@ static int localRun(const char* self, const char* const* env, FILE* out) {
     saved[fd - 1] = dup(fd);
     dup2(fileno(out), fd);
   }
-  struct mpJob job;
-  int ok = mpSpawn(&job, self, "mh", 4, "65536", env) == 0;
-  if (!ok) mpKillAll(&job);
-  ok = ok && mpWait(&job, 110) && mpAllOk(&job, 0);
+  int ok = mpSpawnWait(self, "mh", 4, "65536", env, 110, 4, 0) == NULL;
   fflush(stdout);
   fflush(stderr);
   for (int fd = 1; out && fd <= 2; fd++) {
@@ -499,12 +496,7 @@ static int localRun(const char* self, const char* const* env, FILE* out) {
 /* 4 ranks on this machine, 2 per fake host; then the same with planted errors, which every
  * collective's check must catch. */
 static int standalone(const char* self) {
-  mtWatchdog(250);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "mh_colls_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (!mtStart("mh_colls", 250)) return mtExitCode();
   static char commId[64], master[64];
   snprintf(commId, sizeof(commId), "NCCL_COMM_ID=127.0.0.1:%d", mpFreePort("127.0.0.1"));
   snprintf(master, sizeof(master), "MASTER_PORT=%d", mpFreePort("127.0.0.1"));

@@ -1,8 +1,9 @@
 /*
- * Multi-process helpers for the lifecycle and abort tests: a test re-executes itself with a role
- * argument once per rank, every child dies with its parent (PR_SET_PDEATHSIG) and has a watchdog,
- * waits are bounded, and on any failure the parent kills every child it started.  Unique ids travel
- * through files in a private temporary directory (written to a temporary name, then renamed).
+ * Multi-process helpers for the lifecycle, abort, close-race and multi-host collective tests: a test
+ * re-executes itself with a role argument once per rank, every child dies with its parent
+ * (PR_SET_PDEATHSIG) and has a watchdog, waits are bounded, and on any failure the parent kills every
+ * child it started.  Unique ids travel through files in a private temporary directory (written to a
+ * temporary name, then renamed).
  */
 #ifndef MEND_TEST_MP_UTIL_H_
 #define MEND_TEST_MP_UTIL_H_
@@ -105,11 +106,49 @@ static inline void mpGetId(const char* dir, const char* name, ncclUniqueId* id, 
   }
 }
 
+/* Rank 0 creates a unique id and publishes it as dir/name; every other rank waits for it (30 s). */
+static inline void mpShareId(int rank, const char* dir, const char* name, ncclUniqueId* id) {
+  if (rank == 0) {
+    CKOK(ncclGetUniqueId(id));
+    mpPutId(dir, name, id);
+  } else {
+    mpGetId(dir, name, id, 30);
+  }
+}
+
+/* A communicator of n ranks on the id that rank 0 shares as dir/id. */
+static inline ncclComm_t mpInitComm(int rank, int n, const char* dir) {
+  ncclUniqueId id;
+  mpShareId(rank, dir, "id", &id);
+  ncclComm_t comm = NULL;
+  CKOK(ncclCommInitRank(&comm, n, id, rank));
+  return comm;
+}
+
 /* In a child, first thing: die with the parent, and never outlive `seconds`. */
 static inline void mpChildSetup(int rank, int seconds) {
   mpRank = rank;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   mtWatchdog(seconds);
+}
+
+/* The arguments of a child started by mpSpawn: argv0 --child <scenario> <rank> <n> <arg>. */
+struct mpChild {
+  const char* scenario; /* what to run */
+  int rank, n;          /* this child's rank, the number of ranks */
+  const char* arg;      /* the parent's argument ("-" for none) */
+};
+
+/* argv is that of a child started by mpSpawn. */
+static inline int mpIsChild(int argc, char** argv) { return argc >= 6 && strcmp(argv[1], "--child") == 0; }
+
+/* In a child started by mpSpawn, first thing: read the arguments, mpChildSetup, and WARN logging
+ * unless NCCL_DEBUG is set. */
+static inline struct mpChild mpChildStart(char** argv, int seconds) {
+  struct mpChild c = {.scenario = argv[2], .rank = atoi(argv[3]), .n = atoi(argv[4]), .arg = argv[5]};
+  mpChildSetup(c.rank, seconds);
+  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
+  return c;
 }
 
 struct mpJob {
@@ -155,12 +194,14 @@ static inline void mpKillAll(struct mpJob* job) {
     }
 }
 
-/* Reap every child within timeoutS; on timeout kill them all.  Returns 1 when all were reaped in time. */
-static inline int mpWait(struct mpJob* job, double timeoutS) {
+/* Reap children 0 .. k-1 within timeoutS; on timeout kill them all.  Returns 1 when those were reaped
+ * in time (the others are left running). */
+static inline int mpWaitFirst(struct mpJob* job, int k, double timeoutS) {
   double until = mtNow() + timeoutS;
-  int left = job->n;
+  int left = 0;
+  for (int r = 0; r < k; r++) left += job->pid[r] > 0;
   while (left > 0) {
-    for (int r = 0; r < job->n; r++) {
+    for (int r = 0; r < k; r++) {
       if (job->pid[r] <= 0) continue;
       pid_t p = waitpid(job->pid[r], &job->status[r], WNOHANG);
       if (p == job->pid[r]) {
@@ -179,6 +220,9 @@ static inline int mpWait(struct mpJob* job, double timeoutS) {
   return 1;
 }
 
+/* Reap every child within timeoutS; on timeout kill them all.  Returns 1 when all were reaped in time. */
+static inline int mpWait(struct mpJob* job, double timeoutS) { return mpWaitFirst(job, job->n, timeoutS); }
+
 /* Every child exited with 0 (ranks in `mayBeKilled`, a bit mask, may instead have died by SIGKILL). */
 static inline int mpAllOk(const struct mpJob* job, unsigned mayBeKilled) {
   for (int r = 0; r < job->n; r++) {
@@ -190,21 +234,6 @@ static inline int mpAllOk(const struct mpJob* job, unsigned mayBeKilled) {
     return 0;
   }
   return 1;
-}
-
-/* Run a scenario with n ranks and report one TAP line. */
-static inline void mpRun(const char* self, const char* name, const char* scenario, int n, const char* arg,
-                         const char* const* env, double timeoutS, unsigned mayBeKilled) {
-  struct mpJob job;
-  double t0 = mtNow();
-  if (mpSpawn(&job, self, scenario, n, arg, env) != 0) {
-    mpKillAll(&job);
-    mtResult(0, name, "fork failed");
-    return;
-  }
-  int inTime = mpWait(&job, timeoutS);
-  mtResult(inTime && mpAllOk(&job, mayBeKilled), name, "%s after %.1f s", inTime ? "a rank failed" : "timed out",
-           mtNow() - t0);
 }
 
 /* A fresh private directory for id files. */
@@ -221,6 +250,34 @@ static inline void mpRemoveDir(const char* dir) {
   char cmd[600];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+/* Start n children (see mpSpawn), wait within timeoutS for children 0 .. nWait-1 to exit, then kill
+ * what is left (a rank that was meant to be lost; everyone after a timeout).  NULL when every child
+ * exited 0 (ranks in `mayBeKilled`, a bit mask, may instead have died by SIGKILL), else what failed. */
+static inline const char* mpSpawnWait(const char* self, const char* scenario, int n, const char* arg,
+                                      const char* const* env, double timeoutS, int nWait, unsigned mayBeKilled) {
+  struct mpJob job;
+  if (mpSpawn(&job, self, scenario, n, arg, env) != 0) {
+    mpKillAll(&job);
+    return "fork failed";
+  }
+  int inTime = mpWaitFirst(&job, nWait, timeoutS);
+  mpKillAll(&job);
+  if (!inTime) return "timed out";
+  return mpAllOk(&job, mayBeKilled) ? NULL : "a rank failed";
+}
+
+/* Run a scenario of this program (mpSpawnWait, the children's argument a fresh directory for id
+ * files) and report one TAP line. */
+static inline void mpRun(const char* name, const char* scenario, int n, const char* const* env, double timeoutS,
+                         int nWait, unsigned mayBeKilled) {
+  char dir[256];
+  mpTempDir(dir, sizeof dir);
+  double t0 = mtNow();
+  const char* why = mpSpawnWait("/proc/self/exe", scenario, n, dir, env, timeoutS, nWait, mayBeKilled);
+  mtResult(why == NULL, name, "%s after %.1f s", why ? why : "", mtNow() - t0);
+  mpRemoveDir(dir);
 }
 
 /* Poll ncclCommGetAsyncError until it is no longer ncclInProgress (bounded). */

@@ -34,15 +34,7 @@ static void* blockedMain(void* p) {
 }
 
 static ncclComm_t initFromFile(int rank, int n, const char* dir) {
-  ncclUniqueId id;
-  if (rank == 0) {
-    CKOK(ncclGetUniqueId(&id));
-    mpPutId(dir, "id", &id);
-  } else {
-    mpGetId(dir, "id", &id, 30);
-  }
-  ncclComm_t comm = NULL;
-  CKOK(ncclCommInitRank(&comm, n, id, rank));
+  ncclComm_t comm = mpInitComm(rank, n, dir);
   float x = 1;
   CKOK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL)); /* connections are up */
   CK(x == (float)n);
@@ -144,12 +136,7 @@ static void scDestroyStopped(int rank, int n, const char* dir) {
 static void scInitMissing(int rank, int n, const char* dir) {
   ncclUniqueId id;
   if (rank == n - 1) loseSelf(0); /* never calls init */
-  if (rank == 0) {
-    CKOK(ncclGetUniqueId(&id));
-    mpPutId(dir, "id", &id);
-  } else {
-    mpGetId(dir, "id", &id, 30);
-  }
+  mpShareId(rank, dir, "id", &id);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t comm = NULL;
@@ -165,12 +152,10 @@ static void scInitMissing(int rank, int n, const char* dir) {
   CK(mtNow() - t0 < ABORT_BOUND_S);
 }
 
-static int child(int argc, char** argv) {
-  const char* sc = argv[2];
-  int rank = atoi(argv[3]), n = atoi(argv[4]);
-  const char* dir = argv[5];
-  mpChildSetup(rank, 90);
-  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
+static int child(char** argv) {
+  struct mpChild c = mpChildStart(argv, 90);
+  const char *sc = c.scenario, *dir = c.arg;
+  int rank = c.rank, n = c.n;
   if (strcmp(sc, "inflight_stopped") == 0) scInflight(rank, n, dir, 0);
   else if (strcmp(sc, "inflight_dead") == 0) scInflight(rank, n, dir, 1);
   else if (strcmp(sc, "idle_stopped") == 0) scIdle(rank, n, dir, 0);
@@ -189,44 +174,12 @@ static int child(int argc, char** argv) {
 
 /* Wait for every rank but the last (bounded), then end the last one (stopped or dead). */
 static void run(const char* name, const char* sc, int n, const char* const* env) {
-  char dir[256];
-  struct mpJob job;
-  mpTempDir(dir, sizeof dir);
-  double t0 = mtNow();
-  if (mpSpawn(&job, "/proc/self/exe", sc, n, dir, env) != 0) {
-    mpKillAll(&job);
-    mtResult(0, name, "fork failed");
-    mpRemoveDir(dir);
-    return;
-  }
-  int left = n - 1, inTime = 1;
-  while (left > 0) {
-    for (int r = 0; r < n - 1; r++) {
-      if (job.pid[r] > 0 && waitpid(job.pid[r], &job.status[r], WNOHANG) == job.pid[r]) {
-        job.pid[r] = 0;
-        left--;
-      }
-    }
-    if (left > 0 && mtNow() - t0 > 60) {
-      inTime = 0;
-      break;
-    }
-    usleep(2000);
-  }
-  mpKillAll(&job); /* the lost rank (and, on a timeout, everyone) */
-  mtResult(inTime && mpAllOk(&job, 1u << (n - 1)), name, "%s after %.1f s", inTime ? "a rank failed" : "timed out",
-           mtNow() - t0);
-  mpRemoveDir(dir);
+  mpRun(name, sc, n, env, 60, n - 1, 1u << (n - 1));
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 6 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
-  mtWatchdog(500);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "abort_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (mpIsChild(argc, argv)) return child(argv);
+  if (!mtStart("abort", 500)) return mtExitCode();
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
   const char* scs[] = {"inflight_stopped", "inflight_dead", "idle_stopped", "idle_dead", "destroy_stopped",
                        "revoke_shrink"};

@@ -281,12 +281,7 @@ static void stillWorks(float* buf, float* out) {
 }
 
 int main(void) {
-  mtWatchdog(120);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "api_errors_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (!mtStart("api_errors", 120)) return mtExitCode();
   if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
   ncclResult_t res = ncclCommInitAll(comms, 2, NULL);
   mtResult(res == ncclSuccess, "api_errors_initall", "ncclCommInitAll: %s", ncclGetErrorString(res));

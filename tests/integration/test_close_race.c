@@ -17,20 +17,10 @@
 #define ROUNDS 8
 #define BYTES (8u << 20)
 
-static int child(int argc, char** argv) {
-  int rank = atoi(argv[3]), n = atoi(argv[4]);
-  const char* dir = argv[5];
-  mpChildSetup(rank, 60);
-  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
-  ncclUniqueId id;
-  if (rank == 0) {
-    CKOK(ncclGetUniqueId(&id));
-    mpPutId(dir, "id", &id);
-  } else {
-    mpGetId(dir, "id", &id, 30);
-  }
-  ncclComm_t comm;
-  CKOK(ncclCommInitRank(&comm, n, id, rank));
+static int child(char** argv) {
+  struct mpChild c = mpChildStart(argv, 60);
+  int rank = c.rank;
+  ncclComm_t comm = mpInitComm(rank, c.n, c.arg);
   unsigned char* buf = malloc(BYTES);
   CK(buf != NULL);
   for (size_t i = 0; i < BYTES; i++) buf[i] = rank == 0 ? (unsigned char)(i * 7 + 3) : 0;
@@ -53,22 +43,17 @@ static void rounds(const char* name, const char* const* env) {
   for (int r = 0; r < ROUNDS && ok; r++) {
     char dir[256];
     mpTempDir(dir, sizeof dir);
-    struct mpJob job;
-    ok = mpSpawn(&job, self, "race", 2, dir, env) == 0 && mpWait(&job, 60) && mpAllOk(&job, 0);
-    if (!ok) fprintf(stderr, "%s: round %d failed\n", name, r);
+    const char* why = mpSpawnWait(self, "race", 2, dir, env, 60, 2, 0);
+    ok = why == NULL;
+    if (!ok) fprintf(stderr, "%s: round %d failed: %s\n", name, r, why);
     mpRemoveDir(dir);
   }
   mtResult(ok, name, "a peer's destroy broke a collective still being received (%.1f s)", mtNow() - t0);
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 6 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
-  mtWatchdog(300);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "close_race_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (mpIsChild(argc, argv)) return child(argv);
+  if (!mtStart("close_race", 300)) return mtExitCode();
   const char* const plain[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", "MEND_RESILIENCE=0", NULL};
   const char* const resil[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", "MEND_RESILIENCE=1", NULL};
   rounds("close_race_socket_net", plain);

@@ -364,12 +364,7 @@ int main(int argc, char** argv) {
     alarm(240); /* a hung child dies and fails its configuration */
     return child(argc, argv);
   }
-  mtWatchdog(540);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "collectives_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (!mtStart("collectives", 540)) return mtExitCode();
   const char* parts[] = {"reduce", "copy", "mixed"};
   const int sizes[] = {2, 3, 4, 8};
   for (int net = 0; net < 2; net++) {

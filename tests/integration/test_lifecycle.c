@@ -29,6 +29,12 @@ static void checkAllReduce(ncclComm_t comm) {
   free(buf);
 }
 
+/* checkAllReduce, then an orderly destroy. */
+static void checkThenDestroy(ncclComm_t comm) {
+  checkAllReduce(comm);
+  CKOK(ncclCommDestroy(comm));
+}
+
 /* AllGather of one int per rank: out[child rank] = value of that rank. */
 static void allGatherInt(ncclComm_t comm, int value, int* out) {
   int n = -1, me = -1;
@@ -60,8 +66,7 @@ static void scCommId(int rank, int n, const char* dir) {
   }
   ncclComm_t comm;
   CKOK(ncclCommInitRank(&comm, n, id, rank));
-  checkAllReduce(comm);
-  CKOK(ncclCommDestroy(comm));
+  checkThenDestroy(comm);
 }
 
 /* ncclCommInitRankScalable: the first nIds ranks each create one id (and its root). */
@@ -79,18 +84,7 @@ static void scScalable(int rank, int n, const char* dir, int nIds) {
   }
   ncclComm_t comm;
   CKOK(ncclCommInitRankScalable(&comm, n, rank, nIds, ids, NULL));
-  checkAllReduce(comm);
-  CKOK(ncclCommDestroy(comm));
-}
-
-/* Shared by the multi-rank-per-process scenarios: process p holds ranks 2p and 2p+1. */
-static void getSharedId(int proc, const char* dir, ncclUniqueId* id) {
-  if (proc == 0) {
-    CKOK(ncclGetUniqueId(id));
-    mpPutId(dir, "id", id);
-  } else {
-    mpGetId(dir, "id", id, 30);
-  }
+  checkThenDestroy(comm);
 }
 
 /* Collectives of both local ranks must be issued together (each waits for the other). */
@@ -109,11 +103,12 @@ static void checkTwoLocal(ncclComm_t* comms) {
     for (int i = 0; i < 64; i++) CK(out[k][i] == 100 * n * (n - 1) / 2 + n * i);
 }
 
-/* Several ncclCommInitRank in one group, from one thread (as nccl-tests -g 2 does). */
+/* Several ncclCommInitRank in one group, from one thread (as nccl-tests -g 2 does): process p holds
+ * ranks 2p and 2p+1. */
 static void scGroupInit(int proc, int nProcs, const char* dir) {
   ncclUniqueId id;
   ncclComm_t comms[2] = {NULL, NULL};
-  getSharedId(proc, dir, &id);
+  mpShareId(proc, dir, "id", &id);
   CKOK(ncclGroupStart());
   for (int k = 0; k < 2; k++) CKOK(ncclCommInitRank(&comms[k], 2 * nProcs, id, 2 * proc + k));
   CKOK(ncclGroupEnd());
@@ -153,12 +148,7 @@ static void scThreadInit(int proc, int nProcs, const char* dir) {
     char name[16];
     snprintf(name, sizeof name, "id%d", useGroup);
     ncclUniqueId id;
-    if (proc == 0) {
-      CKOK(ncclGetUniqueId(&id));
-      mpPutId(dir, name, &id);
-    } else {
-      mpGetId(dir, name, &id, 30);
-    }
+    mpShareId(proc, dir, name, &id);
     for (int k = 0; k < 2; k++) {
       t[k] = (struct initThread){.id = id, .nRanks = 2 * nProcs, .rank = 2 * proc + k, .useGroup = useGroup};
       CK(pthread_create(&th[k], NULL, initThreadMain, &t[k]) == 0);
@@ -177,12 +167,7 @@ static void scThreadInit(int proc, int nProcs, const char* dir) {
  * ncclSuccess, and ncclCommGetAsyncError then reaches ncclSuccess. */
 static void scNonBlocking(int rank, int n, const char* dir) {
   ncclUniqueId id;
-  if (rank == 0) {
-    CKOK(ncclGetUniqueId(&id));
-    mpPutId(dir, "id", &id);
-  } else {
-    mpGetId(dir, "id", &id, 30);
-  }
+  mpShareId(rank, dir, "id", &id);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t comm = NULL;
@@ -233,16 +218,10 @@ static void scNonBlocking(int rank, int n, const char* dir) {
   CKOK(ncclCommDestroy(comm));
 }
 
-static ncclComm_t initFromFile(int rank, int n, const char* dir) {
-  ncclUniqueId id;
-  if (rank == 0) {
-    CKOK(ncclGetUniqueId(&id));
-    mpPutId(dir, "id", &id);
-  } else {
-    mpGetId(dir, "id", &id, 30);
-  }
-  ncclComm_t comm = NULL;
-  CKOK(ncclCommInitRank(&comm, n, id, rank));
+/* mpInitComm, then checkAllReduce. */
+static ncclComm_t initChecked(int rank, int n, const char* dir) {
+  ncclComm_t comm = mpInitComm(rank, n, dir);
+  checkAllReduce(comm);
   return comm;
 }
 
@@ -250,7 +229,7 @@ static ncclComm_t initFromFile(int rank, int n, const char* dir) {
  * (ties broken by parent rank). */
 static void scSplit(int rank, int n, const char* dir) {
   CK(n == 5);
-  ncclComm_t comm = initFromFile(rank, n, dir);
+  ncclComm_t comm = mpInitComm(rank, n, dir);
   static const int colors[5] = {0, 1, 0, NCCL_SPLIT_NOCOLOR, 0};
   static const int keys[5] = {7, 0, 3, 0, 3};     /* color 0 order: rank 2 (3), rank 4 (3), rank 0 (7) */
   static const int childRank[5] = {2, 0, 0, -1, 1};
@@ -266,8 +245,7 @@ static void scSplit(int rank, int n, const char* dir) {
     CK(cr == childRank[rank]);
     allGatherInt(child, rank, parents);
     if (colors[rank] == 0) CK(parents[0] == 2 && parents[1] == 4 && parents[2] == 0);
-    checkAllReduce(child);
-    CKOK(ncclCommDestroy(child));
+    checkThenDestroy(child);
   }
   checkAllReduce(comm); /* the parent still works */
   CKOK(ncclCommDestroy(comm));
@@ -277,7 +255,7 @@ static void scSplit(int rank, int n, const char* dir) {
  * gets ncclInvalidArgument; the survivors are parent ranks 0, 2, 4, in that order. */
 static void scShrink(int rank, int n, const char* dir) {
   CK(n == 5);
-  ncclComm_t comm = initFromFile(rank, n, dir);
+  ncclComm_t comm = mpInitComm(rank, n, dir);
   int excl[2] = {3, 1};
   ncclComm_t child = (ncclComm_t)0x1;
   if (rank == 3) {
@@ -294,8 +272,7 @@ static void scShrink(int rank, int n, const char* dir) {
     CK(cn == 3 && cr == rank / 2);
     allGatherInt(child, rank, parents);
     CK(parents[0] == 0 && parents[1] == 2 && parents[2] == 4);
-    checkAllReduce(child);
-    CKOK(ncclCommDestroy(child));
+    checkThenDestroy(child);
   }
   CKOK(ncclCommDestroy(comm));
 }
@@ -303,8 +280,7 @@ static void scShrink(int rank, int n, const char* dir) {
 /* ncclCommShrink with NCCL_SHRINK_ABORT around a rank that died: the survivors build their
  * communicator from the parent's without a new unique id, and it works. */
 static void scShrinkAbort(int rank, int n, const char* dir) {
-  ncclComm_t comm = initFromFile(rank, n, dir);
-  checkAllReduce(comm);
+  ncclComm_t comm = initChecked(rank, n, dir);
   if (rank == n - 1) raise(SIGKILL);
   usleep(200 * 1000);
   int excl[1] = {n - 1};
@@ -329,8 +305,7 @@ static void scShrinkAbort(int rank, int n, const char* dir) {
 /* ncclCommRevoke: flags must be 0; a revoked communicator takes no work and cannot be finalized,
  * but split still works and destroy ends it. */
 static void scRevoke(int rank, int n, const char* dir) {
-  ncclComm_t comm = initFromFile(rank, n, dir);
-  checkAllReduce(comm);
+  ncclComm_t comm = initChecked(rank, n, dir);
   CKR(ncclCommRevoke(comm, 1), ncclInvalidArgument);
   CKOK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
   int32_t x = 1;
@@ -339,15 +314,13 @@ static void scRevoke(int rank, int n, const char* dir) {
   ncclComm_t child = NULL;
   CKOK(ncclCommSplit(comm, 0, rank, &child, NULL));
   CK(child != NULL);
-  checkAllReduce(child);
-  CKOK(ncclCommDestroy(child));
+  checkThenDestroy(child);
   CKOK(ncclCommDestroy(comm));
 }
 
 /* Blocking finalize, then destroy; finalizing twice is invalid. */
 static void scFinalize(int rank, int n, const char* dir) {
-  ncclComm_t comm = initFromFile(rank, n, dir);
-  checkAllReduce(comm);
+  ncclComm_t comm = initChecked(rank, n, dir);
   CKOK(ncclCommFinalize(comm));
   CKR(ncclCommFinalize(comm), ncclInvalidUsage);
   int32_t x = 1;
@@ -362,23 +335,20 @@ static void scHostId(int rank, int n, const char* dir) {
   char host[32];
   snprintf(host, sizeof host, "mend-test-host-%d", rank / 2);
   setenv("NCCL_HOSTID", host, 1);
-  ncclComm_t comm = initFromFile(rank, n, dir);
+  ncclComm_t comm = mpInitComm(rank, n, dir);
   team_t (*lsa)(ncclComm_t) = (team_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclTeamLsa");
   team_t (*rail)(ncclComm_t) = (team_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclTeamRail");
   CK(lsa != NULL && rail != NULL);
   team_t local = lsa(comm), hosts = rail(comm);
   CK(local.nRanks == 2 && local.rank == rank % 2);
   CK(hosts.nRanks == n / 2 && hosts.rank == rank / 2);
-  checkAllReduce(comm);
-  CKOK(ncclCommDestroy(comm));
+  checkThenDestroy(comm);
 }
 
-static int child(int argc, char** argv) {
-  const char* sc = argv[2];
-  int rank = atoi(argv[3]), n = atoi(argv[4]);
-  const char* dir = argv[5];
-  mpChildSetup(rank, 120);
-  if (getenv("NCCL_DEBUG") == NULL) setenv("NCCL_DEBUG", "WARN", 1);
+static int child(char** argv) {
+  struct mpChild c = mpChildStart(argv, 120);
+  const char *sc = c.scenario, *dir = c.arg;
+  int rank = c.rank, n = c.n;
   if (strcmp(sc, "commid") == 0) scCommId(rank, n, dir);
   else if (strcmp(sc, "scalable2") == 0) scScalable(rank, n, dir, 2);
   else if (strcmp(sc, "scalable3") == 0) scScalable(rank, n, dir, 3);
@@ -401,10 +371,7 @@ static int child(int argc, char** argv) {
 /* ------------------------------------------------------------ parent */
 
 static void run(const char* name, const char* sc, int n, const char* const* env, unsigned mayBeKilled) {
-  char dir[256];
-  mpTempDir(dir, sizeof dir);
-  mpRun("/proc/self/exe", name, sc, n, dir, env, 90, mayBeKilled);
-  mpRemoveDir(dir);
+  mpRun(name, sc, n, env, 90, n, mayBeKilled);
 }
 
 static void runCommId(const char* name, const char* host, const char* fmt, int n) {
@@ -420,13 +387,8 @@ static void runCommId(const char* name, const char* host, const char* fmt, int n
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 6 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
-  mtWatchdog(600);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "lifecycle_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (mpIsChild(argc, argv)) return child(argv);
+  if (!mtStart("lifecycle", 600)) return mtExitCode();
   /* Sockets between "hosts" for a part of the runs: different NCCL_HOSTID, no shared memory. */
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
   runCommId("lifecycle_commid_ipv4", "127.0.0.1", "NCCL_COMM_ID=127.0.0.1:%d", 3);

@@ -195,12 +195,7 @@ static void waitCpu(void) {
 }
 
 int main(void) {
-  mtWatchdog(300);
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  if (!mtLoadedMend()) {
-    mtResult(0, "threads_loaded_mend", "the loaded libnccl.so.2 is not Mend's build");
-    return mtExitCode();
-  }
+  if (!mtStart("threads", 300)) return mtExitCode();
   for (int n = 1; n <= MAXR; n++) {
     ncclComm_t comms[MAXR];
     ncclResult_t res = ncclCommInitAll(comms, n, NULL);
