@@ -47,6 +47,23 @@ void runRanks(int n, const std::function<void(int)>& fn) {
   for (auto& th : t) th.join();
 }
 
+// On a thread per rank: comms[r] becomes a new comm of rank r (of comms.size()) bootstrapped on the
+// nIds ids, then then(r, comms[r]) runs (when given).
+void initRanks(std::vector<ncclComm*>& comms, int nIds, const ncclUniqueId* ids,
+               const std::function<void(int, ncclComm*)>& then = nullptr) {
+  int n = (int)comms.size();
+  runRanks(n, [&](int r) {
+    comms[r] = newComm(r, n);
+    ASSERT_EQ(mendBootstrapInit(comms[r], nIds, ids), ncclSuccess) << "rank " << r;
+    if (then) then(r, comms[r]);
+  });
+}
+
+// Close every comm, each from its own thread (an orderly close waits for the peers' BYE).
+void closeRanks(std::vector<ncclComm*>& comms) {
+  runRanks((int)comms.size(), [&](int r) { closeComm(comms[r]); });
+}
+
 int freePort(const char* host) {
   union mendSocketAddr a, b;
   std::string s = std::string(host) + ":0";
@@ -77,12 +94,8 @@ class BootstrapTest : public ::testing::Test {
     ncclUniqueId id;
     ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
     std::vector<ncclComm*> comms(n);
-    runRanks(n, [&](int r) {
-      comms[r] = newComm(r, n);
-      ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess) << "rank " << r;
-      body(r, comms[r]);
-    });
-    runRanks(n, [&](int r) { closeComm(comms[r]); });
+    initRanks(comms, 1, &id, body);
+    closeRanks(comms);
   }
 };
 
@@ -205,19 +218,17 @@ TEST_F(BootstrapTest, SplitByParity) {
   ncclUniqueId id;
   ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
   std::vector<ncclComm*> parents(n), children(n);
-  runRanks(n, [&](int r) {
-    parents[r] = newComm(r, n);
-    ASSERT_EQ(mendBootstrapInit(parents[r], 1, &id), ncclSuccess);
+  initRanks(parents, 1, &id, [&](int r, ncclComm* parent) {
     std::vector<int> members;
     for (int p = r % 2; p < n; p += 2) members.push_back(p);
     children[r] = newComm(r / 2, (int)members.size());
-    ASSERT_EQ(mendBootstrapSplit(parents[r], children[r], members.data()), ncclSuccess);
+    ASSERT_EQ(mendBootstrapSplit(parent, children[r], members.data()), ncclSuccess);
     std::vector<int> all(members.size(), -1);
     all[r / 2] = r;
     ASSERT_EQ(mendBootstrapAllGather(children[r]->bootstrap, all.data(), sizeof(int)), ncclSuccess);
     EXPECT_EQ(all, members);
     // The parent still works alongside its children.
-    checkAllGather(parents[r]);
+    checkAllGather(parent);
   });
   runRanks(n, [&](int r) {
     closeComm(children[r]);
@@ -230,11 +241,8 @@ TEST_F(BootstrapTest, ShrinkAroundDeadRank) {
   ncclUniqueId id;
   ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
   std::vector<ncclComm*> parents(n), children(n);
-  runRanks(n, [&](int r) {
-    parents[r] = newComm(r, n);
-    ASSERT_EQ(mendBootstrapInit(parents[r], 1, &id), ncclSuccess);
-    checkAllGather(parents[r]);  // every pair has connections now, including to the rank that dies
-  });
+  // Every pair has connections after an allgather, including to the rank that dies.
+  initRanks(parents, 1, &id, [](int, ncclComm* c) { checkAllGather(c); });
   closeComm(parents[dead], /*abort=*/true);  // its sockets close without BYE, as if the process died
   std::vector<int> members = {0, 1, 3};
   runRanks(n, [&](int r) {
@@ -270,12 +278,8 @@ TEST_F(BootstrapTest, ScalableTwoRoots) {
     ASSERT_EQ(mendBootstrapGetUniqueId(&ids[0]), ncclSuccess);
     ASSERT_EQ(mendBootstrapGetUniqueId(&ids[1]), ncclSuccess);
     std::vector<ncclComm*> comms(n);
-    runRanks(n, [&](int r) {
-      comms[r] = newComm(r, n);
-      ASSERT_EQ(mendBootstrapInit(comms[r], 2, ids), ncclSuccess);
-      checkAllGather(comms[r]);
-    });
-    runRanks(n, [&](int r) { closeComm(comms[r]); });
+    initRanks(comms, 2, ids, [](int, ncclComm* c) { checkAllGather(c); });
+    closeRanks(comms);
   }
 }
 
@@ -295,14 +299,10 @@ TEST_F(BootstrapTest, CommIdIpv4) {
     ASSERT_EQ(mendBootstrapInit(comms[r], 1, r == 2 ? &b : &a), ncclSuccess);
     checkAllGather(comms[r]);
   });
-  runRanks(n, [&](int r) { closeComm(comms[r]); });
+  closeRanks(comms);
   // The same NCCL_COMM_ID serves a second communicator once the first rendezvous is over.
-  runRanks(n, [&](int r) {
-    comms[r] = newComm(r, n);
-    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &a), ncclSuccess);
-    checkAllGather(comms[r]);
-  });
-  runRanks(n, [&](int r) { closeComm(comms[r]); });
+  initRanks(comms, 1, &a, [](int, ncclComm* c) { checkAllGather(c); });
+  closeRanks(comms);
 }
 
 TEST_F(BootstrapTest, CommIdIpv6) {
@@ -314,13 +314,11 @@ TEST_F(BootstrapTest, CommIdIpv6) {
   ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
   const int n = 2;
   std::vector<ncclComm*> comms(n);
-  runRanks(n, [&](int r) {
-    comms[r] = newComm(r, n);
-    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess);
-    EXPECT_EQ(comms[r]->bootstrap->listenAddr.sa.sa_family, AF_INET6);
-    checkAllGather(comms[r]);
+  initRanks(comms, 1, &id, [](int, ncclComm* c) {
+    EXPECT_EQ(c->bootstrap->listenAddr.sa.sa_family, AF_INET6);
+    checkAllGather(c);
   });
-  runRanks(n, [&](int r) { closeComm(comms[r]); });
+  closeRanks(comms);
 }
 
 // Where the bootstrap listens: MEND_OOB_IFNAME, else the interface on the subnet of the root's
@@ -445,10 +443,7 @@ TEST_F(BootstrapTest, AbortWhileBlockedInRecv) {
   ncclUniqueId id;
   ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
   std::vector<ncclComm*> comms(2);
-  runRanks(2, [&](int r) {
-    comms[r] = newComm(r, 2);
-    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess);
-  });
+  initRanks(comms, 1, &id);
   double tAbort = 0;
   std::thread aborter([&] {
     usleep(100 * 1000);
@@ -469,11 +464,7 @@ TEST_F(BootstrapTest, CloseIsSeenByPeers) {
   ncclUniqueId id;
   ASSERT_EQ(mendBootstrapGetUniqueId(&id), ncclSuccess);
   std::vector<ncclComm*> comms(2);
-  runRanks(2, [&](int r) {
-    comms[r] = newComm(r, 2);
-    ASSERT_EQ(mendBootstrapInit(comms[r], 1, &id), ncclSuccess);
-    checkAllGather(comms[r]);
-  });
+  initRanks(comms, 1, &id, [](int, ncclComm* c) { checkAllGather(c); });
   double t0 = nowMs();
   closeComm(comms[1]);  // orderly: BYE, then the peer hangs up
   EXPECT_LT(nowMs() - t0, 400.0) << "a live peer answers BYE at once";

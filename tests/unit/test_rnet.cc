@@ -243,6 +243,13 @@ class RnetTest : public ::testing::Test {
     return res;
   }
 
+  // Stream (above) that must deliver all n messages.
+  void StreamAll(int n, std::function<void(int)> action = nullptr) {
+    int got = 0;
+    ASSERT_EQ(Stream(n, &got, action), ncclSuccess);
+    EXPECT_EQ(got, n);
+  }
+
   mendRnetStats Stats(void* c) {
     mendRnetStats st;
     EXPECT_EQ(mendRnetGetStats(c, &st), ncclSuccess);
@@ -271,9 +278,7 @@ TEST_F(RnetTest, HandshakeBuildsOnePathPerDevice) {
 
 TEST_F(RnetTest, OrderedExactNoFault) {
   Connect();
-  int got = 0;
-  ASSERT_EQ(Stream(400, &got), ncclSuccess);
-  EXPECT_EQ(got, 400);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(400));
   mendRnetStats s = Stats(sc_);
   EXPECT_EQ(s.failovers, 0u);
   EXPECT_EQ(s.msgs[1] + s.msgs[2], 0u) << "backups must stay idle without a fault";
@@ -282,9 +287,7 @@ TEST_F(RnetTest, OrderedExactNoFault) {
 
 TEST_F(RnetTest, SenderFencesPrimaryMidStream) {
   Connect();
-  int got = 0;
-  ASSERT_EQ(Stream(300, &got, [&](int k) { if (k == 100) mendRnetKillPath(sc_, 0); }), ncclSuccess);
-  EXPECT_EQ(got, 300);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300, [&](int k) { if (k == 100) mendRnetKillPath(sc_, 0); }));
   mendRnetStats s = Stats(sc_), r = Stats(rc_);
   EXPECT_EQ(s.active, 1);
   EXPECT_EQ(r.active, 1) << "the receiver must follow when the sender fences the path";
@@ -293,31 +296,24 @@ TEST_F(RnetTest, SenderFencesPrimaryMidStream) {
 
 TEST_F(RnetTest, ReceiverFencesPrimaryMidStream) {
   Connect();
-  int got = 0;
-  ASSERT_EQ(Stream(300, &got, [&](int k) { if (k == 57) mendRnetKillPath(rc_, 0); }), ncclSuccess);
-  EXPECT_EQ(got, 300);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300, [&](int k) { if (k == 57) mendRnetKillPath(rc_, 0); }));
   EXPECT_EQ(Stats(sc_).active, 1);
   EXPECT_EQ(Stats(rc_).active, 1);
 }
 
 TEST_F(RnetTest, DeviceDiesUnderBothEnds) {
   Connect();
-  int got = 0;
-  ASSERT_EQ(Stream(300, &got, [&](int k) { if (k == 150) gDead[0] = 1; }), ncclSuccess);
-  EXPECT_EQ(got, 300);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300, [&](int k) { if (k == 150) gDead[0] = 1; }));
   EXPECT_EQ(Stats(sc_).active, 1);
   EXPECT_EQ(Stats(rc_).active, 1);
 }
 
 TEST_F(RnetTest, ChainWalksPastTwoFailures) {
   Connect();
-  int got = 0;
-  ASSERT_EQ(Stream(400, &got, [&](int k) {
-              if (k == 100) gDead[0] = 1;
-              if (k == 200) gDead[1] = 1;
-            }),
-            ncclSuccess);
-  EXPECT_EQ(got, 400);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(400, [&](int k) {
+    if (k == 100) gDead[0] = 1;
+    if (k == 200) gDead[1] = 1;
+  }));
   mendRnetStats s = Stats(sc_);
   EXPECT_EQ(s.active, 2);
   EXPECT_EQ(s.dead, 2);
@@ -326,16 +322,13 @@ TEST_F(RnetTest, ChainWalksPastTwoFailures) {
 
 TEST_F(RnetTest, ReplayDeliversExactlyOnceWhenAcksAreLost) {
   Connect();
-  int got = 0;
   // From message 50 on, the receiver's acknowledgements on path 0 vanish: the sender holds every slot
   // (placed but unacknowledged).  Fencing path 0 then makes the receiver's RESUME the rollback point:
   // the sender must replay only what was not placed, and the receiver must see every message once.
-  ASSERT_EQ(Stream(200, &got, [&](int k) {
-              if (k == 50) gMute[0] = 1;
-              if (k == 55) mendRnetKillPath(sc_, 0);
-            }),
-            ncclSuccess);
-  EXPECT_EQ(got, 200);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(200, [&](int k) {
+    if (k == 50) gMute[0] = 1;
+    if (k == 55) mendRnetKillPath(sc_, 0);
+  }));
   EXPECT_EQ(Stats(sc_).active, 1);
 }
 
@@ -402,16 +395,13 @@ TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
 
 TEST_F(RnetTest, FailBackToRebuiltPrimary) {
   Connect();
-  int got = 0;
   // Path 0 dies at 100 (traffic moves to 1); at 150 the sender rebuilds it (as its service does once
   // the NICs probe healthy); the receiver then moves traffic back to 0 behind a RESUME, and the
   // fenced backup 1 is rebuilt right after.  Every message must arrive exactly once, in order.
-  ASSERT_EQ(Stream(600, &got, [&](int k) {
-              if (k == 100) mendRnetKillPath(sc_, 0);
-              if (k == 150) mendRnetRebuildPath(sc_, 0);
-            }),
-            ncclSuccess);
-  EXPECT_EQ(got, 600);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(600, [&](int k) {
+    if (k == 100) mendRnetKillPath(sc_, 0);
+    if (k == 150) mendRnetRebuildPath(sc_, 0);
+  }));
   mendRnetStats s = Stats(sc_), r = Stats(rc_);
   EXPECT_EQ(s.active, 0) << "traffic must return to the primary";
   EXPECT_EQ(r.active, 0);
@@ -420,6 +410,7 @@ TEST_F(RnetTest, FailBackToRebuiltPrimary) {
   EXPECT_GE(s.rebuilds, 1u);
   EXPECT_GT(s.msgs[1], 0u) << "the backup carried traffic while the primary was down";
   // The backup fenced by the fail-back comes back as a backup: more traffic lets the rebuild finish.
+  int got = 0;
   ASSERT_EQ(Stream(200, &got), ncclSuccess);
   s = Stats(sc_);
   EXPECT_EQ(s.dead, 0) << "every path is live again";
@@ -428,13 +419,10 @@ TEST_F(RnetTest, FailBackToRebuiltPrimary) {
 
 TEST_F(RnetTest, RebuildOfADeadDeviceFailsAndTrafficStays) {
   Connect();
-  int got = 0;
-  ASSERT_EQ(Stream(300, &got, [&](int k) {
-              if (k == 100) gDead[0] = 1;
-              if (k == 150) mendRnetRebuildPath(sc_, 0);  // the device is still dead: the rebuild fails
-            }),
-            ncclSuccess);
-  EXPECT_EQ(got, 300);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300, [&](int k) {
+    if (k == 100) gDead[0] = 1;
+    if (k == 150) mendRnetRebuildPath(sc_, 0);  // the device is still dead: the rebuild fails
+  }));
   mendRnetStats s = Stats(sc_);
   EXPECT_EQ(s.active, 1);
   EXPECT_EQ(s.failbacks, 0u);
@@ -475,9 +463,7 @@ TEST_F(RnetTest, OneDeviceStillWorks) {
   ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
   Connect();
   EXPECT_EQ(Stats(sc_).nPaths, 1);
-  int got = 0;
-  ASSERT_EQ(Stream(50, &got), ncclSuccess);
-  EXPECT_EQ(got, 50);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(50));
 }
 
 }  // namespace

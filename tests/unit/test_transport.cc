@@ -216,6 +216,16 @@ class TransportThreads : public ::testing::Test {
     for (ncclComm* c : comms) th.emplace_back([c] { tt::freeComm(c); });
     for (auto& t : th) t.join();
   }
+  // Rank 0 connects its send side of channel 0 to rank 1's receive side (both calls at once).
+  void connectOneWay(std::vector<ncclComm*>& comms) {
+    mendConnReq r0 = {1, 0, MEND_SEND, 0}, r1 = {0, 0, MEND_RECV, 0};
+    ncclResult_t a = ncclInternalError, b = ncclInternalError;
+    std::thread t0([&] { a = mendTransportConnect(comms[0], 1, &r0); });
+    b = mendTransportConnect(comms[1], 1, &r1);
+    t0.join();
+    ASSERT_EQ(a, ncclSuccess);
+    ASSERT_EQ(b, ncclSuccess);
+  }
   // Ranks 0 and 1 connect both ways (0->1 on channel 0, 1->0 on channel 1), listing requests in
   // different orders, then stream n messages each way at once.
   void pingBothWays(std::vector<ncclComm*>& comms, int connIndex, uint64_t n, int wantKind) {
@@ -322,13 +332,7 @@ TEST_F(TransportThreads, BadRequestsAreRejected) {
 TEST_F(TransportThreads, AbortEndsAConsumerWaitAndFreeIsPrompt) {
   tt::setEnv("NCCL_BUFFSIZE", "65536");
   auto comms = makeComms(2, true);
-  mendConnReq r0 = {1, 0, MEND_SEND, 0}, r1 = {0, 0, MEND_RECV, 0};
-  ncclResult_t a = ncclInternalError, b = ncclInternalError;
-  std::thread t0([&] { a = mendTransportConnect(comms[0], 1, &r0); });
-  b = mendTransportConnect(comms[1], 1, &r1);
-  t0.join();
-  ASSERT_EQ(a, ncclSuccess);
-  ASSERT_EQ(b, ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(connectOneWay(comms));
   mendConnector* rc = mendTransportGetConn(comms[1], 0, 0, MEND_RECV, 0);
   std::string err;
   double returned = 0;
@@ -363,13 +367,7 @@ double streamGBs(ncclComm* a, ncclComm* b, mendConnector* s, mendConnector* r, u
 TEST_F(TransportThreads, ThroughputP2pAndNet) {
   for (bool net : {false, true}) {
     auto comms = makeComms(2, net);
-    mendConnReq r0 = {1, 0, MEND_SEND, 0}, r1 = {0, 0, MEND_RECV, 0};
-    ncclResult_t a = ncclInternalError, b = ncclInternalError;
-    std::thread t0([&] { a = mendTransportConnect(comms[0], 1, &r0); });
-    b = mendTransportConnect(comms[1], 1, &r1);
-    t0.join();
-    ASSERT_EQ(a, ncclSuccess);
-    ASSERT_EQ(b, ncclSuccess);
+    ASSERT_NO_FATAL_FAILURE(connectOneWay(comms));
     mendConnector* s = mendTransportGetConn(comms[0], 0, 1, MEND_SEND, 0);
     mendConnector* r = mendTransportGetConn(comms[1], 0, 0, MEND_RECV, 0);
     uint64_t n = net ? 2048 : 4096;  // 1 GiB / 2 GiB
