@@ -32,46 +32,17 @@ LETTERS="a b c d e f g h i j k l m n o p z"   # testbed k of the matrix is $NAME
 for l in $LETTERS; do tb_track "$NAME$l"; done
 cd "$HERE" || exit 1
 timeout -k 5 240 python3 - "$NAME" "$PROG" $CONFIGS <<'EOF'
-import os, re, subprocess, sys, time
+import sys, time
 from testbed import Testbed
+from tbcheck import Checks, check_nothing_left, root_links
 
 name, prog, configs = sys.argv[1], sys.argv[2], sys.argv[3:]
 COLLS = ["AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "SendRecv", "AlltoAll",
          "Gather", "Scatter"]
 LARGE = 2 << 20            # elements of the large count
 MIN_RAIL_BYTES = 1 << 20   # every rail must carry at least this much each way
-fails = []
-
-def check(ok, what, detail=""):
-    print(("ok " if ok else "not ok ") + what + ("" if ok or not detail else ": " + detail), flush=True)
-    if not ok:
-        fails.append(what)
-
-TB_LINK = re.compile(r"^(rail\d+|mgmt\d+|h\d+r\d+|h\d+m|br-rail\d+|br-mgmt)$")
-
-def root_links():
-    """Links in the root namespace named like testbed links (all are made inside namespaces)."""
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    names = {l.split(":")[1].strip().split("@")[0] for l in out.splitlines() if ":" in l}
-    return {n for n in names if TB_LINK.match(n)}
-
-def our_namespaces():
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [l.split()[0] for l in out.splitlines() if l.startswith(name)]
-
-def our_processes():
-    """Processes whose environment says they belong to one of our testbeds."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = open("/proc/%s/environ" % pid, "rb").read()
-        except OSError:
-            continue
-        if re.search(rb"(^|\0)MEND_TESTBED=" + re.escape(name.encode()) + rb"[a-z]\0", env):
-            found.append(int(pid))
-    return found
+check = Checks()
+fails = check.fails
 
 links_before = root_links()
 t_all = time.monotonic()
@@ -120,12 +91,7 @@ seen = {c for r in res.ranks for l in (r.output or "").splitlines()
 check(not res.ok and seen == set(COLLS), "mh_planted_errors_caught_on_the_testbed",
       "exit codes %s, caught %s" % (res.codes, sorted(seen)))
 
-time.sleep(0.2)
-left_ns, left_procs = our_namespaces(), our_processes()
-new_links = sorted(root_links() - links_before)
-check(not left_ns and not left_procs, "mh_nothing_left_behind",
-      "namespaces %s, processes %s" % (left_ns, left_procs))
-check(not new_links, "mh_no_link_left_in_root_namespace", "new links %s" % new_links)
+check_nothing_left(check, "mh", name, links_before)
 print("# %d configurations in %.1f s, %d checks failed" % (len(configs), time.monotonic() - t_all, len(fails)))
 sys.exit(1 if fails else 0)
 EOF

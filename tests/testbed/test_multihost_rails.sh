@@ -25,43 +25,17 @@ LETTERS="a b c d"   # testbed k is $NAME plus letter k
 for l in $LETTERS; do tb_track "$NAME$l"; done
 cd "$HERE" || exit 1
 timeout -k 5 150 python3 - "$NAME" "$PROG" <<'EOF'
-import os, re, subprocess, sys, time
+import sys, time
 from testbed import Testbed
+from tbcheck import Checks, check_nothing_left, root_links
 
 name, prog = sys.argv[1], sys.argv[2]
 # hosts, rails, ranks per host, MEND_RESILIENCE (None: default, the resilient net with 2+ NICs)
 CONFIGS = [(2, 2, 2, None), (2, 4, 1, None), (3, 3, 1, None), (2, 2, 2, "0")]
 SIZE, ITERS, WARMUP = 64 << 20, 3, 1
 SHARE_TOL, MGMT_MAX = 0.20, 0.01
-fails = []
-
-def check(ok, what, detail=""):
-    print(("ok " if ok else "not ok ") + what + ("" if ok or not detail else ": " + detail), flush=True)
-    if not ok:
-        fails.append(what)
-
-TB_LINK = re.compile(r"^(rail\d+|mgmt\d+|h\d+r\d+|h\d+m|br-rail\d+|br-mgmt)$")
-
-def root_links():
-    """Links in the root namespace named like testbed links (all are made inside namespaces)."""
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    names = {l.split(":")[1].strip().split("@")[0] for l in out.splitlines() if ":" in l}
-    return {n for n in names if TB_LINK.match(n)}
-
-def our_namespaces():
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return [l.split()[0] for l in out.splitlines() if l.startswith(name)]
-
-def our_processes():
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            env = open("/proc/%s/environ" % pid, "rb").read()
-        except OSError:
-            continue
-        if re.search(rb"(^|\0)MEND_TESTBED=" + re.escape(name.encode()) + rb"[a-z]\0", env):
-            found.append(int(pid))
-    return found
+check = Checks()
+fails = check.fails
 
 def spread(values):
     mean = sum(values) / len(values)
@@ -100,12 +74,7 @@ for k, (hosts, rails, ppn, resil) in enumerate(CONFIGS):
               "mgmt tx %d rx %d, rails %d" % (mg[0], mg[1], sum(tx) + sum(rx)))
     print("# %s: %.1f s with setup and teardown" % (tag, time.monotonic() - t0), flush=True)
 
-time.sleep(0.2)
-left_ns, left_procs = our_namespaces(), our_processes()
-new_links = sorted(root_links() - links_before)
-check(not left_ns and not left_procs, "rails_nothing_left_behind",
-      "namespaces %s, processes %s" % (left_ns, left_procs))
-check(not new_links, "rails_no_link_left_in_root_namespace", "new links %s" % new_links)
+check_nothing_left(check, "rails", name, links_before)
 print("%d checks failed" % len(fails))
 sys.exit(1 if fails else 0)
 EOF
