@@ -128,4 +128,9 @@ class NetSocketBase : public ::testing::Test {
 
 }  // namespace mendtest
 
+using mendtest::fill;
+using mendtest::N;
+using mendtest::NetSocketBase;
+using mendtest::nowMs;
+
 #endif

@@ -23,11 +23,6 @@ extern "C" {
 
 namespace {
 
-using mendtest::fill;
-using mendtest::N;
-using mendtest::NetSocketBase;
-using mendtest::nowMs;
-
 class NetSocketDev : public NetSocketBase {};
 class NetSocketConn : public NetSocketBase {};
 class NetSocketErr : public NetSocketBase {};

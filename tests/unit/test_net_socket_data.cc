@@ -16,11 +16,6 @@
 
 namespace {
 
-using mendtest::fill;
-using mendtest::N;
-using mendtest::NetSocketBase;
-using mendtest::nowMs;
-
 class NetSocketData : public NetSocketBase {};
 class NetSocketPerf : public NetSocketBase {};
 
