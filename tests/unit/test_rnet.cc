@@ -384,13 +384,18 @@ TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
   EXPECT_LT(ms, 5000);
   EXPECT_GE(got, 100);
   EXPECT_LT(got, 300);
-  EXPECT_EQ(Stats(sc_).active, -1);
-  // Later calls keep failing, never hang.
-  int done = 0;
+  // Both ends fail, and keep failing, never hang.  The stream stops at the first end's error, so the
+  // other end may learn it from its next call: make that call on each end, then look at both.
   void* q = nullptr;
   char b[8];
+  size_t sz = sizeof(b);
+  int tag = 0;
+  void* bp = b;
   EXPECT_NE(R->isend(sc_, b, 8, 0, nullptr, &q), ncclSuccess);
-  (void)done;
+  EXPECT_NE(R->irecv(rc_, 1, &bp, &sz, &tag, nullptr, &q), ncclSuccess);
+  EXPECT_EQ(Stats(sc_).active, -1);
+  EXPECT_EQ(Stats(rc_).active, -1);
+  EXPECT_NE(R->isend(sc_, b, 8, 0, nullptr, &q), ncclSuccess) << "a failed connection stays failed";
 }
 
 TEST_F(RnetTest, FailBackToRebuiltPrimary) {
