@@ -17,6 +17,7 @@
 #include <vector>
 
 extern "C" {
+#include "narrow_float.h"
 #include "device/engine.h"
 #include "enqueue/plan.h"
 #include "enqueue/tuning.h"
@@ -45,17 +46,7 @@ const Fmt kFmts[ncclNumTypes] = {
     {2, true, true, 8, 7, 127, false},  {1, true, true, 4, 3, 7, true},    {1, true, true, 5, 2, 15, false},
 };
 
-double decodeNarrow(uint32_t v, const Fmt& f) {
-  int sign = (v >> (f.ebits + f.mbits)) & 1;
-  uint32_t e = (v >> f.mbits) & ((1u << f.ebits) - 1), m = v & ((1u << f.mbits) - 1);
-  uint32_t emax = (1u << f.ebits) - 1;
-  double r;
-  if (f.e4m3 ? (e == emax && m == (1u << f.mbits) - 1) : (e == emax && m != 0)) r = NAN;
-  else if (!f.e4m3 && e == emax) r = INFINITY;
-  else if (e == 0) r = std::ldexp((double)m, 1 - f.bias - f.mbits);
-  else r = std::ldexp(1.0 + std::ldexp((double)m, -f.mbits), (int)e - f.bias);
-  return sign ? -r : r;
-}
+double decodeNarrow(uint32_t v, const Fmt& f) { return mendtest::decodeNarrow(v, f.ebits, f.mbits, f.bias, f.e4m3); }
 
 double decode(int t, const void* p) {
   const Fmt& f = kFmts[t];

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "narrow_float.h"
 #include "device/reduce.h"
 
 namespace {
@@ -25,17 +26,7 @@ const Fmt kBf16{8, 7, 127, false, 0x1.fep127, false};
 const Fmt kE4m3{4, 3, 7, true, 448.0, true};
 const Fmt kE5m2{5, 2, 15, false, 57344.0, true};
 
-double refDecode(uint32_t v, const Fmt& f) {
-  int sign = (v >> (f.ebits + f.mbits)) & 1;
-  uint32_t e = (v >> f.mbits) & ((1u << f.ebits) - 1), m = v & ((1u << f.mbits) - 1);
-  uint32_t emax = (1u << f.ebits) - 1;
-  double r;
-  if (f.e4m3 ? (e == emax && m == (1u << f.mbits) - 1) : (e == emax && m != 0)) r = NAN;
-  else if (!f.e4m3 && e == emax) r = INFINITY;
-  else if (e == 0) r = std::ldexp((double)m, 1 - f.bias - f.mbits);
-  else r = std::ldexp(1.0 + std::ldexp((double)m, -f.mbits), (int)e - f.bias);
-  return sign ? -r : r;
-}
+double refDecode(uint32_t v, const Fmt& f) { return mendtest::decodeNarrow(v, f.ebits, f.mbits, f.bias, f.e4m3); }
 
 // Round a double to the format, to nearest even (the default rounding mode of nearbyint).
 double refRound(double x, const Fmt& f) {
