@@ -12,16 +12,19 @@ LIBFILE  := $(LIBNAME).$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/tools/*' | sort)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILDDIR)/obj/%.o)
-CU_SRC   := $(shell find src -name '*.cu' | sort)
 HAVE_NVCC := $(shell test -x $(NVCC) && echo 1)
-ifeq ($(HAVE_NVCC)$(if $(CU_SRC),1,),11)
-CU_OBJ   := $(CU_SRC:%.cu=$(BUILDDIR)/obj/%.cu.o)
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static
-CFLAGS_LIB += -DMEND_HAVE_CUDA_KERNELS=1
-else
+# The kernel (src/device/kernel.cu) is built twice: by nvcc into a fatbin the library embeds and
+# loads through the CUDA driver (no CUDA library is linked: the driver is dlopened at run time), and
+# by the host C++ compiler as the kernel-cpu executor the tests run.  Without nvcc the embedded image
+# is empty and device mode reports that the build has no kernels.
+KERNEL_CU     := src/device/kernel.cu
+KERNEL_DEPS   := $(wildcard src/device/*.h) src/enqueue/program.h src/transport/fifo.h
+KERNEL_FATBIN := $(BUILDDIR)/obj/src/device/kernel.fatbin
+KERNEL_EMBED  := $(BUILDDIR)/gen/device/kernel_fatbin.c
+KERNEL_OBJ    := $(BUILDDIR)/obj/gen/device/kernel_fatbin.o $(BUILDDIR)/obj/src/device/kernel.cpu.o
+LIB_OBJ  += $(KERNEL_OBJ)
 CU_OBJ   :=
 CUDA_LIBS :=
-endif
 
 TOOL_C   := $(wildcard src/tools/*.c)
 TOOL_PY  := $(wildcard src/tools/*.py)
@@ -71,9 +74,29 @@ $(BUILDDIR)/obj/%.o: %.c | $(HEADER) $(GEN_H)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_LIB) -DMEND_VERSION_STR='"$(MEND_VERSION)"' -c $< -o $@
 
-$(BUILDDIR)/obj/%.cu.o: %.cu | $(HEADER) $(GEN_H)
+# The kernel's register and local-memory use is printed on every build; a spill fails it.
+ifeq ($(HAVE_NVCC),1)
+$(KERNEL_FATBIN): $(KERNEL_CU) $(KERNEL_DEPS) src/device/embed_fatbin.py | $(HEADER)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_GENCODE) -std=c++17 -O3 -Xcompiler -fPIC,-fvisibility=hidden -I$(BUILDDIR)/include -I$(BUILDDIR)/gen -Isrc -c $< -o $@
+	$(NVCC) -fatbin $(NVCC_GENCODE) -std=c++17 -O3 -Xptxas -v -I$(BUILDDIR)/include -Isrc $< -o $@.tmp 2> $@.log \
+	    || { cat $@.log; exit 1; }
+	python3 src/device/embed_fatbin.py --check-ptxas $@.log
+	mv $@.tmp $@
+$(KERNEL_EMBED): $(KERNEL_FATBIN) src/device/embed_fatbin.py
+	@mkdir -p $(@D)
+	python3 src/device/embed_fatbin.py $< > $@.tmp && mv $@.tmp $@
+else
+$(KERNEL_EMBED): src/device/embed_fatbin.py
+	@mkdir -p $(@D)
+	python3 src/device/embed_fatbin.py > $@.tmp && mv $@.tmp $@
+endif
+$(BUILDDIR)/obj/gen/device/kernel_fatbin.o: $(KERNEL_EMBED)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
+$(BUILDDIR)/obj/src/device/kernel.cpu.o: $(KERNEL_CU) | $(HEADER) $(GEN_H)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -x c++ -D_GNU_SOURCE -fPIC -fvisibility=hidden -fno-exceptions -fno-rtti -pthread $(OPTFLAGS) \
+	    $(WARNFLAGS) $(SANFLAGS) $(INCFLAGS) -MMD -MP -c $< -o $@
 
 $(SHARED): $(LIB_OBJ) $(CU_OBJ) src/libnccl.map
 	@mkdir -p $(@D)

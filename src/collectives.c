@@ -10,6 +10,8 @@
 #include "api.h"
 #include "checks.h"
 #include "comm.h"
+#include "device/engine.h"
+#include "misc/cudrv.h"
 #include "enqueue/plan.h"
 #include "group.h"
 
@@ -19,6 +21,7 @@
 
 static ncclResult_t checkCommReady(struct ncclComm* comm, const char* api) {
   MENDCHECK(mendCommCheck(comm, api));
+  (void)mendExecPollError(comm); /* a kernel's error becomes the communicator's asynchronous error */
   int state = atomic_load(&comm->state);
   ncclResult_t async = (ncclResult_t)atomic_load(&comm->asyncResult);
   MENDARGCHECK(state != MEND_COMM_INITIALIZING, ncclInvalidArgument,
@@ -43,11 +46,8 @@ static ncclResult_t checkArgs(struct mendOp* op, cudaStream_t stream, const char
     MENDARGCHECK(stream == NULL, ncclInvalidArgument,
                  "%s: stream %p must be NULL: communicator %p runs in host mode (no CUDA device)", api,
                  (void*)stream, (void*)comm);
-  } else {
-    WARN("%s: communicator %p has a CUDA device, but the device executor is not available in this build", api,
-         (void*)comm);
-    return ncclInvalidUsage;
   }
+  op->stream = (void*)stream;
   MENDARGCHECK((int)op->type >= 0 && (int)op->type < ncclNumTypes, ncclInvalidArgument,
                "%s: invalid datatype %d (valid: 0..%d)", api, (int)op->type, ncclNumTypes - 1);
   if (!hasOp) {
@@ -70,6 +70,52 @@ static ncclResult_t checkArgs(struct mendOp* op, cudaStream_t stream, const char
   return ncclSuccess;
 }
 
+/* Device mode: a buffer the kernel can reach (device, managed or pinned host memory), aligned to
+ * its elements, and for device memory inside one allocation.  Host mode: not device memory. */
+static ncclResult_t checkMemory(const struct mendOp* op, const void* buf, size_t bytes, const char* what,
+                                const char* api) {
+  struct ncclComm* comm = op->comm;
+  int dev = -1, kind = mendCuMemKind(buf, &dev);
+  if (comm->hostMode) {
+    MENDARGCHECK(kind != MEND_MEM_DEVICE, ncclInvalidArgument,
+                 "%s: %s %p is device memory, but communicator %p runs in host mode (no CUDA device was current "
+                 "when it was created)", api, what, buf, (void*)comm);
+    return ncclSuccess;
+  }
+  MENDARGCHECK(kind != MEND_MEM_PAGEABLE, ncclInvalidArgument,
+               "%s: %s %p is host memory the GPU cannot reach (allocate it with cudaMalloc or ncclMemAlloc, or "
+               "register it with cudaHostRegister)", api, what, buf);
+  size_t ts = mendTypeSize(op->type);
+  MENDARGCHECK((uintptr_t)buf % ts == 0, ncclInvalidArgument, "%s: %s %p is not aligned to its %zu-byte elements",
+               api, what, buf, ts);
+  if (kind == MEND_MEM_DEVICE) {
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (mendCu.cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)buf) == MEND_CU_SUCCESS) {
+      uintptr_t p = (uintptr_t)buf;
+      MENDARGCHECK(p - (uintptr_t)base <= size && bytes <= size - (p - (uintptr_t)base), ncclInvalidArgument,
+                   "%s: %s %p holds %zu bytes up to the end of its allocation, but the operation needs %zu", api,
+                   what, buf, size - (size_t)(p - (uintptr_t)base), bytes);
+    }
+  }
+  return ncclSuccess;
+}
+
+/* Bytes this rank's send and receive buffers span for the operation. */
+static void bufferBytes(const struct mendOp* op, size_t* sendBytes, size_t* recvBytes) {
+  size_t b = op->count * mendTypeSize(op->type), n = (size_t)op->comm->nRanks;
+  int me = op->comm->rank == op->root;
+  *sendBytes = *recvBytes = b;
+  switch (op->func) {
+    case MEND_FUNC_ALLGATHER: *recvBytes = b * n; break;
+    case MEND_FUNC_REDUCESCATTER: *sendBytes = b * n; break;
+    case MEND_FUNC_ALLTOALL: *sendBytes = *recvBytes = b * n; break;
+    case MEND_FUNC_GATHER: *recvBytes = me ? b * n : 0; break;
+    case MEND_FUNC_SCATTER: *sendBytes = me ? b * n : 0; break;
+    default: break;
+  }
+}
+
 static ncclResult_t checkBuffers(const struct mendOp* op, int need, const char* api) {
   if (op->count == 0) return ncclSuccess;
   MENDARGCHECK(!(need & NEED_SEND) || op->sendbuff != NULL, ncclInvalidArgument,
@@ -79,6 +125,10 @@ static ncclResult_t checkBuffers(const struct mendOp* op, int need, const char* 
   size_t ts = mendTypeSize(op->type);
   MENDARGCHECK(op->count <= SIZE_MAX / ts / (size_t)op->comm->nRanks, ncclInvalidArgument,
                "%s: count %zu overflows the address space", api, op->count);
+  size_t sb, rb;
+  bufferBytes(op, &sb, &rb);
+  if (need & NEED_SEND) MENDCHECK(checkMemory(op, op->sendbuff, sb, "sendbuff", api));
+  if (need & NEED_RECV) MENDCHECK(checkMemory(op, op->recvbuff, rb, "recvbuff", api));
   return ncclSuccess;
 }
 

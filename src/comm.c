@@ -11,6 +11,8 @@
 #include "api.h"
 #include "checks.h"
 #include "comm.h"
+#include "device/engine.h"
+#include "device/kernel.h"
 #include "group.h"
 #include "init.h"
 #include "misc/debug.h"
@@ -142,7 +144,11 @@ int mendCommJoinInitThread(struct ncclComm* comm, int64_t ms) {
 /* ---------------------------------------------------------------- test hooks */
 
 struct mendBootstrap* mendCommBootstrap(struct ncclComm* comm) { return comm ? comm->bootstrap : NULL; }
-void mendCommSetAbortFlag(struct ncclComm* comm, int value) { atomic_store(&comm->abortFlag, value); }
+void mendCommSetAbortFlag(struct ncclComm* comm, int value) {
+  atomic_store(&comm->abortFlag, value);
+  /* Kernels watch the copy in the device state (mapped memory they can read). */
+  if (comm->devState) __atomic_store_n(&comm->devState->abortFlag, value, __ATOMIC_RELEASE);
+}
 int mendCommState(struct ncclComm* comm) { return atomic_load(&comm->state); }
 
 /* ---------------------------------------------------------------- queries */
@@ -151,6 +157,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asy
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   MENDCHECK(mendCommCheck(comm, "ncclCommGetAsyncError"));
   MENDARGCHECK(asyncError != NULL, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
+  (void)mendExecPollError(comm); /* a kernel's error becomes the communicator's asynchronous error */
   *asyncError = (ncclResult_t)atomic_load(&comm->asyncResult);
   return ncclSuccess;
 }

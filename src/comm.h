@@ -87,6 +87,9 @@ struct mendPlanner;
 struct mendTopo;
 struct mendResil;
 struct mendGroupJob;
+struct mendExecutor;
+struct mendCudaComm;
+struct mendDevState;
 
 enum mendCommState {
   MEND_COMM_INITIALIZING = 0, /* init or split still running (non-blocking) */
@@ -102,6 +105,7 @@ struct ncclComm {
   int nRanks;                     /* ranks in the communicator */
   int cudaDev;                    /* CUDA device, -1 in host mode */
   int hostMode;                   /* 1: no GPU; buffers are host memory, stream must be NULL */
+  void* cuCtx;                    /* device mode: the CUcontext (device's primary context) every thread enters */
   int node, nNodes;               /* my host index and host count (hosts ordered by first rank) */
   int localRank, nLocalRanks;     /* position among ranks of my host */
   int* rankToNode;                /* [nRanks] host index of each rank */
@@ -119,6 +123,9 @@ struct ncclComm {
   struct mendProxy* proxy;        /* progress thread for net connectors */
   struct mendPlanner* planner;    /* tuning state, cached programs */
   struct mendResil* resil;        /* health registry and failover state (NULL when off) */
+  const struct mendExecutor* executor; /* runs this communicator's works (device/exec.h) */
+  struct mendCudaComm* cuda;      /* device mode: context, kernel, launch buffers (exec_cuda.c); NULL in host mode */
+  struct mendDevState* devState;  /* abort flag and errors shared with kernels (device or kernel-cpu executor) */
 
   mendBell_t* bell;               /* rung when something this rank waits on moved (may live in shm) */
   _Atomic int abortFlag;          /* set by ncclCommAbort / revoke: every wait returns */

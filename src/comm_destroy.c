@@ -15,9 +15,20 @@
 #include "checks.h"
 #include "comm.h"
 #include "init.h"
+#include "misc/cudrv.h"
 #include "misc/debug.h"
+#include "device/engine.h"
 #include "misc/param.h"
 #include "transport/transport.h"
+
+int mendCommQuiesce(struct ncclComm* comm, int abort) {
+  if (comm->executor == NULL) return 1;
+  int64_t bound = abort ? mendParamAbortTimeout() : mendParamDrainTimeout();
+  if (comm->executor->quiesce(comm, bound)) return 1;
+  WARN("comm %p rank %d: its kernels did not finish within %lld ms; leaving the communicator allocated", (void*)comm,
+       comm->rank, (long long)bound);
+  return 0;
+}
 
 ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
   if (!abort && atomic_load(&comm->inflight) > 0) {
@@ -26,7 +37,7 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
     abort = 1;
   }
   if (abort) {
-    atomic_store(&comm->abortFlag, 1);
+    mendCommSetAbortFlag(comm, 1);
     if (comm->bell) mendBellRing(comm->bell); /* a host engine asleep on it sees the flag at once */
   }
   if (!mendCommJoinInitThread(comm, abort ? mendParamAbortTimeout() : -1)) {
@@ -43,11 +54,20 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
     comm->magic = 0;
     return ncclSuccess;
   }
+  /* Kernels still running on the connectors (device mode): an abort stops them at once; a destroy
+   * lets them finish.  Connectors are never freed under a kernel that did not stop. */
+  if (!mendCommQuiesce(comm, abort)) {
+    comm->magic = 0;
+    return ncclSuccess;
+  }
   /* A revoked communicator's bootstrap is healthy: close it in order unless this is an abort. */
   int hard = abort || (mendCommAborted(comm) && atomic_load(&comm->state) != MEND_COMM_REVOKED);
   /* Operations complete before their last sends leave: deliver them before the connections close. */
   if (!hard && atomic_load(&comm->state) != MEND_COMM_FINALIZED) (void)mendTransportDrain(comm, mendParamDrainTimeout());
   ncclResult_t res = mendTransportFree(comm);
+  if (comm->executor) comm->executor->release(comm);
+  mendCuReleaseContext(comm->cudaDev, comm->cuCtx);
+  comm->cuCtx = NULL;
   if (comm->bootstrap) {
     ncclResult_t r = hard ? mendBootstrapAbort(comm->bootstrap) : mendBootstrapClose(comm->bootstrap);
     if (res == ncclSuccess) res = r;
@@ -59,7 +79,7 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
 }
 
 void mendCommStopInflight(struct ncclComm* comm, const char* api) {
-  atomic_store(&comm->abortFlag, 1);
+  mendCommSetAbortFlag(comm, 1);
   if (comm->bell) mendBellRing(comm->bell);
   /* The bootstrap still watches the flag here, so a connect of an operation on another thread that
    * waits for a lost peer stops too; only then may the bootstrap ignore the flag for good. */
@@ -81,8 +101,14 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm) {
                (void*)comm);
   MENDARGCHECK(state == MEND_COMM_READY, ncclInvalidUsage, "ncclCommFinalize: communicator %p failed to initialize",
                (void*)comm);
-  /* Host mode: every operation completed when its call returned; what may still be in flight is the
-   * last slots of their sends, which the transport delivers now. */
+  /* Device mode: operations complete on their streams; wait for the kernels first.  Then what may
+   * still be in flight is the last slots of their sends, which the transport delivers now. */
+  if (comm->executor && !comm->executor->quiesce(comm, mendParamDrainTimeout())) {
+    WARN("ncclCommFinalize: comm %p rank %d: kernels still running after %lld ms (MEND_DRAIN_TIMEOUT_MS)",
+         (void*)comm, comm->rank, (long long)mendParamDrainTimeout());
+    mendCommSetAsyncError(comm, ncclInternalError);
+    return ncclInternalError;
+  }
   ncclResult_t res = mendTransportDrain(comm, mendParamDrainTimeout());
   if (res != ncclSuccess) {
     mendCommSetAsyncError(comm, res);

@@ -133,6 +133,7 @@ ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* new
   MENDCHECK(mendConfigParse(config, &comm->config, &cfg));
   struct ncclComm* child = NULL;
   if (color != NCCL_SPLIT_NOCOLOR) MENDCHECK(mendCommAlloc(&child, 0, -1, &cfg));  /* size known after the allgather */
+  if (child) child->cudaDev = comm->cudaDev; /* a child runs where its parent does */
   struct splitArgs* a = calloc(1, sizeof(*a));
   if (a == NULL) {
     WARN("ncclCommSplit: out of memory");
@@ -202,6 +203,7 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
     free(members);
     return ncclSystemError;
   }
+  child->cudaDev = comm->cudaDev;
   *a = (struct splitArgs){.parent = comm, .child = child, .members = members};
   child->parent = comm;
   return launchChild(comm, child, a, shrinkJob, newcomm);

@@ -5,9 +5,11 @@
  *   1. runs the creation jobs, one thread each (so several inits issued by one thread meet);
  *      blocking communicators are joined, non-blocking ones keep running (ncclInProgress);
  *   2. plans each communicator's operations, connects the connectors still missing (one thread
- *      per communicator when there are several, since a connect waits for the peer), and runs
- *      all works of all communicators in this thread with the host engine: host-mode operations
- *      have completed when ncclGroupEnd returns.
+ *      per communicator when there are several, since a connect waits for the peer), and hands
+ *      the works to each communicator's executor (device/engine.h): host executors run all
+ *      works of all communicators in this thread (host-mode operations have completed when
+ *      ncclGroupEnd returns); the CUDA executor enqueues one kernel per communicator on the
+ *      stream of its first operation in the group and returns.
  * ncclGroupSimulateEnd stops after planning and reports the cost model's estimate.
  */
 #include "group.h"
@@ -187,7 +189,7 @@ static ncclResult_t connectPlans(struct mendPlan** plans, int nPlans) {
 
 /* Build one plan per communicator, in the order communicators first appear. */
 static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPlan** plans, struct ncclComm** comms,
-                               int* nPlans) {
+                               void** streams, int* nPlans) {
   struct mendOp* mine = NULL;
   ncclResult_t res = ncclSuccess;
   *nPlans = 0;
@@ -202,6 +204,7 @@ static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPl
       if (ops[j].comm == comm) mine[n++] = ops[j];
     }
     comms[*nPlans] = comm;
+    streams[*nPlans] = ops[i].stream; /* the communicator's first operation names the stream */
     MENDCHECKGOTO(mendPlanBuild(comm, mine, n, plans + *nPlans), res, exit);
     (*nPlans)++;
   }
@@ -210,19 +213,32 @@ exit:
   return res;
 }
 
-static ncclResult_t runPlans(struct mendPlan** plans, struct ncclComm** comms, int nPlans) {
-  int nWorks = 0, k = 0;
-  for (int i = 0; i < nPlans; i++) nWorks += plans[i]->nWorks;
+/* Run every plan with its communicator's executor; plans whose executors are the same run
+ * together (one host thread drives all ranks of a process; device launches are enqueued). */
+static ncclResult_t runPlans(struct mendPlan** plans, struct ncclComm** comms, void* const* streams, int nPlans) {
   MENDCHECK(connectPlans(plans, nPlans));
   for (int i = 0; i < nPlans; i++) MENDCHECK(mendPlanResolve(plans[i]));
-  if (nWorks == 0) return ncclSuccess;
-  struct mendWork** works;
-  MENDCHECK(MENDCALLOC(works, nWorks));
-  for (int i = 0; i < nPlans; i++) {
-    for (int w = 0; w < plans[i]->nWorks; w++) works[k++] = plans[i]->works + w;
+  struct mendExecBatch* batches;
+  MENDCHECK(MENDCALLOC(batches, nPlans));
+  int* done;
+  if (mendCalloc((void**)&done, (size_t)nPlans, sizeof(int)) != ncclSuccess) {
+    free(batches);
+    return ncclSystemError;
   }
-  ncclResult_t res = mendEngineRunHost(works, nWorks, comms, nPlans);
-  free(works);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < nPlans && res == ncclSuccess; i++) {
+    if (done[i]) continue;
+    const struct mendExecutor* ex = comms[i]->executor;
+    int n = 0;
+    for (int j = i; j < nPlans; j++) {
+      if (done[j] || comms[j]->executor != ex) continue;
+      done[j] = 1;
+      batches[n++] = (struct mendExecBatch){comms[j], plans[j]->works, plans[j]->nWorks, streams[j]};
+    }
+    res = ex->run(batches, n);
+  }
+  free(done);
+  free(batches);
   return res;
 }
 
@@ -234,22 +250,25 @@ static ncclResult_t runOps(const struct mendOp* ops, int nOps, ncclSimInfo_t* si
   }
   struct mendPlan** plans = NULL;
   struct ncclComm** comms = NULL;
+  void** streams = NULL;
   int nPlans = 0;
   ncclResult_t res;
   MENDCHECKGOTO(MENDCALLOC(plans, nOps), res, exit);
   MENDCHECKGOTO(MENDCALLOC(comms, nOps), res, exit);
-  MENDCHECKGOTO(buildPlans(ops, nOps, plans, comms, &nPlans), res, exit);
+  MENDCHECKGOTO(MENDCALLOC(streams, nOps), res, exit);
+  MENDCHECKGOTO(buildPlans(ops, nOps, plans, comms, streams, &nPlans), res, exit);
   if (simInfo) {
     double worst = 0; /* communicators run side by side; one communicator's ops one after another */
     for (int i = 0; i < nPlans; i++) worst = plans[i]->estUs > worst ? plans[i]->estUs : worst;
     simInfo->estimatedTime = (float)worst;
   } else {
-    res = runPlans(plans, comms, nPlans);
+    res = runPlans(plans, comms, streams, nPlans);
   }
 exit:
   for (int i = 0; i < nPlans; i++) mendPlanFree(plans[i]);
   free(plans);
   free(comms);
+  free(streams);
   return res;
 }
 

@@ -17,6 +17,7 @@
 #include "init.h"
 #include "misc/debug.h"
 #include "misc/param.h"
+#include "misc/cudrv.h"
 #include "misc/version.h"
 
 static pthread_once_t initOnce = PTHREAD_ONCE_INIT;
@@ -50,6 +51,7 @@ static ncclResult_t initCommon(ncclComm_t* newcomm, int nRanks, int rank, int nI
   pthread_once(&initOnce, initOnceFn);
   MENDCHECK(mendConfigParse(config, NULL, &cfg));
   MENDCHECK(mendCommAlloc(&comm, nRanks, rank, &cfg));
+  comm->cudaDev = mendCuCurrentDevice(); /* device mode when the caller has a CUDA device current */
   struct initArgs* args = malloc(sizeof(*args) + (size_t)nIds * sizeof(ncclUniqueId));
   if (args == NULL) {
     WARN("%s: out of memory", api);
@@ -131,10 +133,22 @@ static void* initAllRun(void* p) {
   return NULL;
 }
 
-/* In host mode there is no device count: devlist entries only need to be non-negative and distinct. */
+/* Host mode: entries need only be non-negative and distinct.  Device mode (a CUDA driver with
+ * devices): entries are device ordinals, and one device may appear several times (ranks sharing a
+ * GPU, which Mend allows). */
 static ncclResult_t checkDevlist(int ndev, const int* devlist) {
+  int count = 0;
+  if (mendCuAvailable()) mendCu.cuDeviceGetCount(&count);
+  if (!devlist && count > 0)
+    MENDARGCHECK(ndev <= count, ncclInvalidArgument, "ncclCommInitAll: %d devices asked, %d present (pass a devlist "
+                 "to place several ranks on one device)", ndev, count);
   for (int i = 0; devlist && i < ndev; i++) {
     MENDARGCHECK(devlist[i] >= 0, ncclInvalidArgument, "ncclCommInitAll: invalid device %d at devlist[%d]", devlist[i], i);
+    if (count > 0) {
+      MENDARGCHECK(devlist[i] < count, ncclInvalidArgument, "ncclCommInitAll: device %d at devlist[%d] does not exist "
+                   "(%d devices)", devlist[i], i, count);
+      continue;
+    }
     for (int j = 0; j < i; j++)
       MENDARGCHECK(devlist[j] != devlist[i], ncclInvalidArgument, "ncclCommInitAll: duplicate device %d in devlist",
                    devlist[i]);
@@ -159,6 +173,7 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   ncclResult_t res = ranks && ctx ? ncclSuccess : ncclSystemError;
   for (int i = 0; i < ndev && res == ncclSuccess; i++) {
     res = mendCommAlloc(&ranks[i].comm, ndev, i, &cfg);
+    if (res == ncclSuccess && mendCuAvailable()) ranks[i].comm->cudaDev = devlist ? devlist[i] : i;
     ctx[i].rank = &ranks[i];
     ctx[i].args = res == ncclSuccess ? malloc(sizeof(struct initArgs) + sizeof(ncclUniqueId)) : NULL;
     if (res == ncclSuccess && ctx[i].args == NULL) res = ncclSystemError;

@@ -60,6 +60,9 @@ void mendMemReleaseComm(struct ncclComm* comm);
 /* For unit tests (C++ cannot read struct ncclComm's atomics). */
 struct mendBootstrap* mendCommBootstrap(struct ncclComm* comm);
 void mendCommSetAbortFlag(struct ncclComm* comm, int value);
+/* Wait for comm's kernels (device mode) to finish: MEND_ABORT_TIMEOUT when aborting (they stop at
+ * the flag), MEND_DRAIN_TIMEOUT_MS otherwise.  0 (with a WARN) when some still run. */
+int mendCommQuiesce(struct ncclComm* comm, int abort);
 int mendCommState(struct ncclComm* comm);
 
 #ifdef __cplusplus

@@ -12,7 +12,9 @@
 #include "checks.h"
 #include "comm.h"
 #include "init.h"
+#include "misc/cudrv.h"
 #include "misc/debug.h"
+#include "device/engine.h"
 #include "misc/utils.h"
 #include "transport/transport.h"
 
@@ -22,18 +24,43 @@ struct initExchange {
   uint64_t nonce;           /* rank 0's value becomes the communicator hash */
 };
 
+/* comm->cudaDev was set by the creator (the caller's current device, InitAll's devlist, a split's
+ * parent); -1 means host mode: buffers are host memory, streams must be NULL.  This runs in the init
+ * thread, which enters the device's primary context for everything it does with CUDA. */
 ncclResult_t mendInitDetectDevice(struct ncclComm* comm) {
-  /* Host mode is the only mode without a GPU: buffers are host memory, streams must be NULL. */
-  comm->cudaDev = -1;
-  comm->hostMode = 1;
-  return ncclSuccess;
+  comm->hostMode = comm->cudaDev < 0;
+  if (comm->hostMode) {
+    comm->cudaDev = -1;
+    return mendExecChoose(comm);
+  }
+  CUdevice dev;
+  CUcontext ctx = NULL;
+  CUCHECK(cuDeviceGet(&dev, comm->cudaDev));
+  CUCHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  comm->cuCtx = ctx;
+  MENDCHECK(mendCuEnter(ctx));
+  char name[128] = "";
+  mendCu.cuDeviceGetName(name, sizeof(name), dev);
+  INFO(NCCL_INIT, "Rank %d: device mode on CUDA device %d (%s)", comm->rank, comm->cudaDev, name);
+  return mendExecChoose(comm);
+}
+
+/* PCI address as topo.c reads it: domain << 20 | bus << 12 | device << 4 | function. */
+static int64_t busIdOf(int cudaDev) {
+  int dom = 0, bus = 0, dev = 0;
+  CUdevice d;
+  if (cudaDev < 0 || mendCu.cuDeviceGet(&d, cudaDev) != MEND_CU_SUCCESS) return -1;
+  mendCu.cuDeviceGetAttribute(&dom, MEND_CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
+  mendCu.cuDeviceGetAttribute(&bus, MEND_CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
+  mendCu.cuDeviceGetAttribute(&dev, MEND_CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
+  return ((int64_t)dom << 20) | ((int64_t)bus << 12) | ((int64_t)dev << 4);
 }
 
 static void fillInfo(struct ncclComm* comm, struct mendPeerInfo* info) {
   memset(info, 0, sizeof(*info));
   info->rank = comm->rank;
   info->cudaDev = comm->cudaDev;
-  info->busId = -1;
+  info->busId = comm->hostMode ? -1 : busIdOf(comm->cudaDev);
   info->hostHash = mendHostHash();
   info->pidHash = mendPidHash();
   info->pid = (int)getpid();
@@ -78,6 +105,13 @@ static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
     if (comm->peerInfo[r].rank != r) {
       WARN("Init: peer info of rank %d claims rank %d", r, comm->peerInfo[r].rank);
       res = ncclInternalError;
+      goto fail_free;
+    }
+    if (comm->peerInfo[r].hostMode != comm->hostMode) {
+      WARN("Init: rank %d runs in %s mode but rank %d in %s mode: every rank must have a CUDA device current when "
+           "it creates the communicator, or none", comm->rank, comm->hostMode ? "host" : "device", r,
+           comm->peerInfo[r].hostMode ? "host" : "device");
+      res = ncclInvalidUsage;
       goto fail_free;
     }
   }

@@ -91,7 +91,13 @@ static void* proxyMain(void* arg) {
       sched_yield();
       continue;
     }
-    if (busy) {
+    if (!comm->hostMode) {
+      /* Device mode: kernels post slots without ringing (a bell is a futex): poll, yielding the CPU,
+       * at most MEND_PROXY_IDLE_US apart. */
+      waitUs = waitUs == 0 ? 5 : waitUs * 2;
+      if (waitUs > idleMax) waitUs = idleMax;
+      mendBellWait(&p->bell, seen, waitUs);
+    } else if (busy) {
       /* Requests in flight: poll them at a growing interval, at most MEND_PROXY_IDLE_US. */
       waitUs = waitUs == 0 ? 20 : waitUs * 2;
       if (waitUs > idleMax) waitUs = idleMax;

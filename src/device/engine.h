@@ -39,17 +39,22 @@ struct mendWorkArgs {
   struct mendRedOp redop;           /* resolved reduction (ignored by programs that only copy) */
 };
 
-/* Executor state of a work (host engine; zeroed by the planner). */
+/* Position of a work in its program. */
+struct mendWalk {
+  int32_t phase;   /* current phase */
+  int32_t step;    /* current step within steps[] */
+  int32_t rep;     /* repetition of the current step */
+  int32_t done;    /* 1 once every phase ran */
+  uint64_t loopBase; /* first element of the current loop iteration in the window */
+  uint64_t eff;    /* chunk (elements) of the current loop iteration */
+};
+
+/* Host-engine state of a work (zeroed by the planner); the walk itself is device/walk.h's. */
 struct mendWorkState {
-  int phase;        /* current phase */
-  int step;         /* current step within steps[] */
-  int rep;          /* repetition of the current step */
-  size_t loopBase;  /* first element of the current loop iteration in the window */
-  size_t eff;       /* chunk of the current loop iteration */
-  int started;      /* its connectors are free of earlier works */
-  int done;         /* finished */
-  int deps[MEND_PROG_MAX_PEERS]; /* index of the earlier work that last used each connector, -1 */
-  uint64_t steps;   /* steps executed (stall reports, tests) */
+  struct mendWalk walk;            /* position in the program (shared walker) */
+  int started;                     /* its connectors are free of earlier works */
+  int deps[MEND_PROG_MAX_PEERS];   /* index of the earlier work that last used each connector, -1 */
+  uint64_t steps;                  /* steps executed (stall reports, tests) */
 };
 
 struct mendWork {
@@ -61,6 +66,42 @@ struct mendWork {
   struct mendConnector* conns[MEND_PROG_MAX_PEERS]; /* prog->peers[i] resolved on `channel` */
   struct mendWorkState st;                          /* executor progress */
 };
+
+/* ---- executors ----
+ * An executor runs the works of one plan per communicator (a batch).  The group code calls
+ * comm->executor and never one executor by name.  Host executors (the host engine, and the CUDA
+ * kernel's source built for the CPU) return when every work is done; the CUDA executor returns
+ * once the works are enqueued on the batch's stream (NCCL's stream semantics). */
+struct mendExecBatch {
+  struct ncclComm* comm;   /* whose works */
+  struct mendWork* works;  /* the plan's works, in plan order */
+  int nWorks;              /* how many */
+  void* stream;            /* cudaStream_t of the batch's operations (device mode), NULL in host mode */
+};
+
+struct mendExecutor {
+  const char* name; /* "host", "kernel-cpu", "cuda" (logs, MEND_EXECUTOR) */
+  /* Run (or enqueue) the batches; every batch's communicator uses this executor. */
+  ncclResult_t (*run)(struct mendExecBatch* batches, int nBatches);
+  /* Wait until nothing this executor started for comm still runs, at most timeoutMs (< 0: no bound
+   * beyond a stall warning); 1 when idle.  Teardown frees connectors only after this. */
+  int (*quiesce)(struct ncclComm* comm, int64_t timeoutMs);
+  /* Release the executor's per-communicator state (after quiesce). */
+  void (*release)(struct ncclComm* comm);
+};
+extern const struct mendExecutor mendExecHost, mendExecKernelCpu, mendExecCuda;
+
+/* Pick comm->executor at init: "cuda" in device mode, else "host", or what MEND_EXECUTOR names
+ * ("kernel-cpu" runs host-mode work through the kernel's source). */
+ncclResult_t mendExecChoose(struct ncclComm* comm);
+/* Device mode: the CUDA executor's per-communicator state (kernel, device state); needs comm->cuCtx. */
+ncclResult_t mendCudaCommInit(struct ncclComm* comm);
+/* Device memory for a plan being built (in-place AlltoAll's temporary): freed once the plan's
+ * launch is done (or with the communicator when the launch was captured into a graph). */
+ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void** ptr);
+/* An error a kernel recorded in comm->devState becomes comm's asynchronous error (WARNed once);
+ * returns comm's asynchronous error state (ncclSuccess when none). */
+ncclResult_t mendExecPollError(struct ncclComm* comm);
 
 /* Run works to completion on host memory, from the calling thread, for every rank whose works
  * are listed (one thread can drive every rank of a process).  Waits spin for MEND_SPIN_US, then

@@ -8,6 +8,7 @@
  * and nothing waits forever after an abort.
  */
 #include "device/engine.h"
+#include "device/walk.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -21,66 +22,17 @@
 
 #define MAX_BELLS 64 /* doorbells watched per run (one per communicator) */
 
-/* ---- where a segment lies ---- */
-
-static const struct mendProgPhase* curPhase(const struct mendWork* w) { return w->prog->phases + w->st.phase; }
-
-static void loopBegin(struct mendWork* w) {
-  const struct mendProgPhase* ph = curPhase(w);
-  size_t left = w->args.count - w->st.loopBase, chunk = w->args.chunkElems;
-  size_t per = ph->layout == MEND_LAYOUT_CHUNKED
-                   ? mendAlignUp(mendDivUp(left, ph->loopSegs), w->args.alignElems) : left;
-  w->st.eff = per < chunk ? per : chunk;
-}
-
-static size_t segLen(const struct mendWork* w, int seg) {
-  size_t left = w->args.count - w->st.loopBase;
-  if (curPhase(w)->layout == MEND_LAYOUT_BLOCKED) return w->st.eff;
-  size_t start = (size_t)seg * w->st.eff;
-  if (start >= left) return 0;
-  return left - start < w->st.eff ? left - start : w->st.eff;
-}
+/* ---- walking (device/walk.h, shared with the CUDA kernel) ---- */
 
 static char* bufAt(const struct mendWork* w, int buf, int seg) {
-  size_t el = w->args.offset + w->st.loopBase;
-  if (curPhase(w)->layout == MEND_LAYOUT_CHUNKED) {
-    el += (size_t)seg * w->st.eff;
-  } else {
-    size_t block = w->prog->nSegMap ? (size_t)w->prog->segMap[seg] : (size_t)seg;
-    el += block * w->args.blockStride[buf];
-  }
-  return (char*)w->args.buf[buf] + el * w->args.typeSize;
-}
-
-/* Move to the next repetition / step / loop / phase; sets done at the end. */
-static void advance(struct mendWork* w) {
   const struct mendProgram* p = w->prog;
-  struct mendWorkState* st = &w->st;
-  if (++st->rep < p->steps[st->step].repeat) return;
-  st->rep = 0;
-  const struct mendProgPhase* ph = curPhase(w);
-  if (++st->step < ph->firstStep + ph->nSteps) return;
-  st->loopBase += ph->layout == MEND_LAYOUT_CHUNKED ? st->eff * ph->loopSegs : st->eff;
-  if (st->loopBase >= w->args.count) {
-    st->loopBase = 0;
-    if (++st->phase == p->nPhases) {
-      st->done = 1;
-      return;
-    }
-  }
-  st->step = curPhase(w)->firstStep;
-  loopBegin(w);
+  return mendWalkBufAt(&w->st.walk, p, p->nSegMap ? p->segMap : NULL, &w->args, buf, seg);
 }
 
 static void workBegin(struct mendWork* w) {
   memset(&w->st, 0, sizeof(w->st));
   for (int i = 0; i < MEND_PROG_MAX_PEERS; i++) w->st.deps[i] = -1;
-  if (w->args.count == 0 || w->prog->nPhases == 0) {
-    w->st.done = 1;
-    return;
-  }
-  w->st.step = w->prog->phases[0].firstStep;
-  loopBegin(w);
+  mendWalkBegin(&w->st.walk, w->prog, &w->args);
 }
 
 /* ---- one step ---- */
@@ -118,10 +70,9 @@ static void moveData(const struct mendWork* w, const struct mendProgStep* s, int
 
 /* 1: executed (or nothing to do), 0: blocked, -1: error in *res. */
 static int tryStep(struct mendWork* w, ncclResult_t* res) {
-  const struct mendProgStep* s = w->prog->steps + w->st.step;
-  const struct mendProgPhase* ph = curPhase(w);
-  int seg = (int)(((int64_t)s->seg + (int64_t)w->st.rep * s->segDelta) % ph->loopSegs);
-  size_t n = segLen(w, seg);
+  const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
+  int seg = mendWalkSeg(&w->st.walk, w->prog);
+  size_t n = mendWalkSegLen(&w->st.walk, w->prog, &w->args, seg);
   if (n == 0) return 1; /* every rank computes the same empty segment and skips it */
   struct mendConnector* rc = (s->op & MEND_STEP_RECV) ? w->conns[s->recvPeer] : NULL;
   struct mendConnector* sc = (s->op & MEND_STEP_SEND) ? w->conns[s->sendPeer] : NULL;
@@ -130,8 +81,8 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   char* out = NULL;
   size_t bytes = n * w->args.typeSize;
   if (rc) {
-    rHead = atomic_load_explicit(&rc->fifo->head, memory_order_relaxed);
-    if (atomic_load_explicit(&rc->fifo->tail, memory_order_acquire) <= rHead) return 0;
+    rHead = mendFifoPeek(&rc->fifo->head);
+    if (mendFifoLoad(&rc->fifo->tail) <= rHead) return 0;
     int slot = (int)(rHead % (uint64_t)rc->nSlots);
     if (rc->fifo->bytes[slot] != bytes) {
       WARN("Rank %d channel %d: received %lu bytes from rank %d where %zu were expected: the ranks disagree "
@@ -143,18 +94,18 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
     in = rc->buff + (size_t)slot * rc->slotBytes;
   }
   if (sc) {
-    sTail = atomic_load_explicit(&sc->fifo->tail, memory_order_relaxed);
-    if (sTail - atomic_load_explicit(&sc->fifo->head, memory_order_acquire) >= (uint64_t)sc->nSlots) return 0;
+    sTail = mendFifoPeek(&sc->fifo->tail);
+    if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) return 0;
     out = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
   }
   moveData(w, s, seg, n, in, out);
   if (sc) {
     sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = bytes;
-    atomic_store_explicit(&sc->fifo->tail, sTail + 1, memory_order_release);
+    mendFifoStore(&sc->fifo->tail, sTail + 1);
     ring(sc->peerBell);
   }
   if (rc) {
-    atomic_store_explicit(&rc->fifo->head, rHead + 1, memory_order_release);
+    mendFifoStore(&rc->fifo->head, rHead + 1);
     ring(rc->peerBell);
   }
   return 1;
@@ -178,7 +129,7 @@ static void computeDeps(struct mendWork** works, int nWorks) {
 
 static int depsDone(struct mendWork** works, const struct mendWork* w) {
   for (int p = 0; p < w->prog->nPeers; p++) {
-    if (w->st.deps[p] >= 0 && !works[w->st.deps[p]]->st.done) return 0;
+    if (w->st.deps[p] >= 0 && !works[w->st.deps[p]]->st.walk.done) return 0;
   }
   return 1;
 }
@@ -204,7 +155,7 @@ static ncclResult_t checkComms(struct ncclComm** comms, int nComms) {
 static ncclResult_t checkConns(struct mendWork** works, const int* active, int nActive) {
   for (int a = 0; a < nActive; a++) {
     struct mendWork* w = works[active[a]];
-    if (!w->st.started || w->st.done) continue;
+    if (!w->st.started || w->st.walk.done) continue;
     for (int p = 0; p < w->prog->nPeers; p++) {
       struct mendConnector* c = w->conns[p];
       int err = c ? atomic_load_explicit(&c->error, memory_order_acquire) : ncclSuccess;
@@ -223,17 +174,17 @@ static void reportStall(struct mendWork** works, int nWorks, int64_t ms) {
   WARN("Host engine: no progress for %ld ms; stuck steps follow", (long)ms);
   for (int i = 0; i < nWorks && shown < 8; i++) {
     const struct mendWork* w = works[i];
-    if (w->st.done) continue;
-    const struct mendProgStep* s = w->prog->steps + w->st.step;
+    if (w->st.walk.done) continue;
+    const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
     struct mendConnector* rc = (s->op & MEND_STEP_RECV) && w->st.started ? w->conns[s->recvPeer] : NULL;
     struct mendConnector* sc = (s->op & MEND_STEP_SEND) && w->st.started ? w->conns[s->sendPeer] : NULL;
     WARN("  rank %d ch %d op %d %s%s: phase %d step %d rep %d at %zu/%zu; recv from %d head %lu tail %lu; "
          "send to %d head %lu tail %lu", w->comm->rank, w->channel, w->opIndex, mendAlgoName(w->prog->algo),
-         w->st.started ? "" : " (waiting for earlier works)", w->st.phase, w->st.step, w->st.rep,
-         w->st.loopBase, w->args.count, rc ? rc->peer : -1,
-         rc ? (unsigned long)atomic_load(&rc->fifo->head) : 0, rc ? (unsigned long)atomic_load(&rc->fifo->tail) : 0,
-         sc ? sc->peer : -1, sc ? (unsigned long)atomic_load(&sc->fifo->head) : 0,
-         sc ? (unsigned long)atomic_load(&sc->fifo->tail) : 0);
+         w->st.started ? "" : " (waiting for earlier works)", w->st.walk.phase, w->st.walk.step, w->st.walk.rep,
+         (size_t)w->st.walk.loopBase, w->args.count, rc ? rc->peer : -1,
+         rc ? (unsigned long)mendFifoLoad(&rc->fifo->head) : 0, rc ? (unsigned long)mendFifoLoad(&rc->fifo->tail) : 0,
+         sc ? sc->peer : -1, sc ? (unsigned long)mendFifoLoad(&sc->fifo->head) : 0,
+         sc ? (unsigned long)mendFifoLoad(&sc->fifo->tail) : 0);
     shown++;
   }
 }
@@ -248,13 +199,13 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
       w->st.started = 1;
     }
     int r;
-    while (!w->st.done && (r = tryStep(w, res)) != 0) {
+    while (!w->st.walk.done && (r = tryStep(w, res)) != 0) {
       if (r < 0) return -1;
       w->st.steps++;
       moved++;
-      advance(w);
+      mendWalkAdvance(&w->st.walk, w->prog, &w->args);
     }
-    if (w->st.done) {
+    if (w->st.walk.done) {
       active[a--] = active[--*nActive];
       moved++;
     }
@@ -300,7 +251,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   for (int i = 0; i < nWorks; i++) workBegin(works[i]);
   computeDeps(works, nWorks);
   for (int i = 0; i < nWorks; i++) {
-    if (!works[i]->st.done) active[nActive++] = i;
+    if (!works[i]->st.walk.done) active[nActive++] = i;
   }
   int nBells = nComms < MAX_BELLS ? nComms : MAX_BELLS;
   uint32_t seen[MAX_BELLS];

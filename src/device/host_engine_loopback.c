@@ -113,6 +113,7 @@ static ncclResult_t makeComm(struct mendLoopback* lb, int r) {
   comm->bell = lb->bells + r;
   pthread_mutex_init(&comm->lock, NULL);
   atomic_store(&comm->state, MEND_COMM_READY);
+  MENDCHECK(mendExecChoose(comm)); /* host engine, or kernel-cpu with MEND_EXECUTOR=kernel-cpu */
   atomic_store(&comm->asyncResult, ncclSuccess);
   for (int c = 0; c < lb->nChannels; c++) {
     struct mendChannel* ch = comm->channels + c;
@@ -170,6 +171,7 @@ void mendLoopbackDestroy(struct mendLoopback* lb) {
   }
   for (int r = 0; lb->comms && r < lb->nRanks; r++) {
     if (lb->comms[r] == NULL) continue;
+    if (lb->comms[r]->executor) lb->comms[r]->executor->release(lb->comms[r]);
     mendPlannerFree(lb->comms[r]);
     pthread_mutex_destroy(&lb->comms[r]->lock);
     lb->comms[r]->magic = 0;

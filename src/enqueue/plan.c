@@ -118,6 +118,7 @@ static ncclResult_t addWork(struct mendPlan* plan, int opIndex, int channel, str
 }
 
 ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void** ptr) {
+  if (plan->comm->cuda) return mendCudaScratch(plan->comm, bytes, ptr); /* device mode: GPU memory */
   MENDCHECK(grow((void**)&plan->scratch, &plan->capScratch, plan->nScratch + 1, sizeof(void*)));
   void* p = malloc(bytes ? bytes : 1);
   if (p == NULL) {

@@ -40,6 +40,7 @@ struct mendOp {
   struct mendRedOp redop; /* op resolved at the call (a PreMulSum op may be destroyed before GroupEnd) */
   int root;               /* root (Broadcast, Reduce, Gather, Scatter) or peer (Send, Recv); -1 otherwise */
   uint64_t opCount;       /* collective sequence number (logs) */
+  void* stream;           /* cudaStream_t as passed (device mode: where the group's launch goes) */
 };
 
 /* How the planner reaches connectors: the transport, or a test's loopback world. */

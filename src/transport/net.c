@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "checks.h"
+#include "misc/cudrv.h"
 #include "misc/utils.h"
 #include "proxy.h"
 #include "resilience/resil.h"
@@ -25,6 +26,7 @@ struct netConn {
   void* ctx;                          /* the Net's per-communicator context */
   int dev;                            /* local Net device (the channel's netDev) */
   void* mem;                          /* local FIFO page + slots */
+  int registered;                     /* device mode: mem is registered with CUDA (kernels reach it) */
   char handle[MEND_NET_HANDLE_MAXSIZE];/* peer's listen handle (sender); kept: connect may keep state in it */
   int haveHandle;                     /* handle copied from the peer's info */
   void* listenComm;                   /* receiver, until accepted */
@@ -41,7 +43,7 @@ static ncclResult_t sendProgress(struct ncclComm* comm, struct mendProxyConn* pc
   struct netConn* nc = (struct netConn*)pc;
   struct mendConnector* conn = nc->conn;
   struct mendFifo* fifo = conn->fifo;
-  uint64_t tail = atomic_load_explicit(&fifo->tail, memory_order_acquire);
+  uint64_t tail = mendFifoLoad(&fifo->tail);
   while (nc->posted < tail) {
     int s = (int)(nc->posted % (uint64_t)conn->nSlots);
     void* req = NULL;
@@ -59,7 +61,7 @@ static ncclResult_t sendProgress(struct ncclComm* comm, struct mendProxyConn* pc
     nc->reqs[s] = NULL;
     atomic_fetch_add_explicit(&nc->bytes, fifo->bytes[s], memory_order_relaxed);
     atomic_fetch_add_explicit(nc->nicBytes, fifo->bytes[s], memory_order_relaxed);
-    atomic_store_explicit(&fifo->head, ++nc->done, memory_order_release);
+    mendFifoStore(&fifo->head, ++nc->done);
     advanced = 1;
   }
   if (advanced) mendBellRing(comm->bell);
@@ -72,7 +74,7 @@ static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc
   struct netConn* nc = (struct netConn*)pc;
   struct mendConnector* conn = nc->conn;
   struct mendFifo* fifo = conn->fifo;
-  uint64_t head = atomic_load_explicit(&fifo->head, memory_order_acquire);
+  uint64_t head = mendFifoLoad(&fifo->head);
   while (nc->posted - head < (uint64_t)conn->nSlots) {
     int s = (int)(nc->posted % (uint64_t)conn->nSlots), tag = 0;
     void* data = conn->buff + (size_t)s * conn->slotBytes;
@@ -98,7 +100,7 @@ static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc
     fifo->bytes[s] = (uint64_t)size;
     atomic_fetch_add_explicit(&nc->bytes, (uint64_t)size, memory_order_relaxed);
     atomic_fetch_add_explicit(nc->nicBytes, (uint64_t)size, memory_order_relaxed);
-    atomic_store_explicit(&fifo->tail, ++nc->done, memory_order_release);
+    mendFifoStore(&fifo->tail, ++nc->done);
     advanced = 1;
   }
   if (advanced) mendBellRing(comm->bell);
@@ -138,6 +140,15 @@ static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, 
   }
   memset(nc->mem, 0, MEND_CONN_HDR_BYTES);
   mendConnAttach(t, conn, nc->mem);
+  if (!comm->hostMode) {
+    /* Device mode: the kernel fills and drains the staging slots the proxy moves (pinned, mapped). */
+    void* dev = NULL;
+    MENDCHECK(mendCuEnter(comm->cuCtx));
+    MENDCHECK(mendCuHostRegister(nc->mem, mendConnMemBytes(t), &dev));
+    nc->registered = 1;
+    conn->devFifo = (struct mendFifo*)dev;
+    conn->devBuff = (char*)dev + MEND_CONN_HDR_BYTES;
+  }
   MENDCHECK(mendProxyBell(comm, &conn->peerBell));
   if (conn->dir == MEND_RECV) {
     ncclResult_t res = nc->net->listen(nc->ctx, nc->dev, mine->u.net.handle, &nc->listenComm);
@@ -190,6 +201,7 @@ static void netFree(struct ncclComm* comm, struct mendConnector* conn) {
     else nc->net->closeRecv(nc->netComm);
   }
   if (nc->listenComm) nc->net->closeListen(nc->listenComm);
+  if (nc->registered) mendCuHostUnregister(nc->mem);
   free(nc->mem);
   free(nc);
   conn->priv = NULL;

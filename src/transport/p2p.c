@@ -1,7 +1,13 @@
 /*
- * p2p: ranks of one process.  The receiver allocates the FIFO and slots; the sender's connector
- * points at the same memory, so the producer writes straight into the consumer's slots.  Both ends
- * hold a reference on that block and on each other's bell page: either comm may be freed first.
+ * p2p: ranks of one process.  The receiver allocates the connector memory (FIFO counters, then
+ * slots); the sender's connector points at the same memory, so the producer writes straight into
+ * the consumer's slots.  Where the memory lives:
+ *   host mode                      plain host memory;
+ *   device mode, same device       device memory (kernels on one GPU: the fastest path, and how
+ *                                  several ranks share one GPU);
+ *   device mode, other devices     pinned host memory mapped for every device.
+ * A host-side block holds the reference count: both ends hold a reference on it and on each other's
+ * bell page, so either comm may be freed first.
  */
 #include "transport/transport_priv.h"
 
@@ -9,17 +15,20 @@
 #include <string.h>
 
 #include "checks.h"
+#include "misc/cudrv.h"
 #include "misc/utils.h"
 
-/* Header of a p2p block: the FIFO counters, then the reference count, all inside the first page. */
-struct p2pHdr {
-  struct mendFifo fifo;  /* head/tail/bytes shared by both ends */
-  _Atomic int refs;      /* receiver + sender */
+enum p2pMemKind { P2P_MEM_HOST = 0, P2P_MEM_PINNED = 1, P2P_MEM_DEVICE = 2 };
+
+/* The connector memory of one connection, shared by its two ends. */
+struct p2pBlock {
+  _Atomic int refs; /* receiver + sender */
+  int kind;         /* enum p2pMemKind */
+  void* mem;        /* [struct mendFifo | pad to MEND_CONN_HDR_BYTES | slots] */
 };
-_Static_assert(sizeof(struct p2pHdr) <= MEND_CONN_HDR_BYTES, "p2p header must fit the header page");
 
 struct p2pPriv {
-  struct p2pHdr* mem;          /* the shared block (one reference held) */
+  struct p2pBlock* block;      /* the shared block (one reference held) */
   struct mendBellSeg* peerSeg; /* the peer comm's bell page (one reference held) */
 };
 
@@ -30,8 +39,53 @@ void mendConnAttach(struct mendTransport* t, struct mendConnector* conn, void* m
   conn->slotBytes = t->buffBytes / MEND_FIFO_SLOTS;
 }
 
-static void memRelease(struct p2pHdr* mem) {
-  if (mem && atomic_fetch_sub(&mem->refs, 1) == 1) free(mem);
+static void blockRelease(struct p2pBlock* b) {
+  if (!b || atomic_fetch_sub(&b->refs, 1) != 1) return;
+  if (b->kind == P2P_MEM_DEVICE) mendCuDevFree(b->mem);
+  else if (b->kind == P2P_MEM_PINNED) mendCuHostFree(b->mem);
+  else free(b->mem);
+  free(b);
+}
+
+/* Point conn at the block: host views where the host may touch it, device views in device mode. */
+static void attachBlock(struct ncclComm* comm, struct mendConnector* conn, struct p2pBlock* b) {
+  mendConnAttach(comm->transport, conn, b->mem);
+  if (b->kind != P2P_MEM_HOST) {
+    conn->devFifo = conn->fifo;
+    conn->devBuff = conn->buff;
+  }
+  if (b->kind == P2P_MEM_DEVICE) { /* kernels only */
+    conn->fifo = NULL;
+    conn->buff = NULL;
+  }
+}
+
+static ncclResult_t blockAlloc(struct ncclComm* comm, struct mendConnector* conn, struct p2pBlock** out) {
+  struct mendTransport* t = comm->transport;
+  size_t bytes = mendConnMemBytes(t);
+  struct p2pBlock* b;
+  MENDCHECK(MENDCALLOC(b, 1));
+  ncclResult_t res = ncclSuccess;
+  if (!comm->hostMode) {
+    MENDCHECKGOTO(mendCuEnter(comm->cuCtx), res, fail);
+    b->kind = comm->peerInfo[conn->peer].cudaDev == comm->cudaDev ? P2P_MEM_DEVICE : P2P_MEM_PINNED;
+    res = b->kind == P2P_MEM_DEVICE ? mendCuDevAlloc(bytes, &b->mem) : mendCuHostAlloc(bytes, &b->mem);
+    if (res != ncclSuccess) goto fail;
+  } else {
+    int err = posix_memalign(&b->mem, MEND_CONN_HDR_BYTES, bytes);
+    if (err || !b->mem) {
+      WARN("P2P: cannot allocate %zu bytes of FIFO for channel %d from rank %d", bytes, conn->channel, conn->peer);
+      res = ncclSystemError;
+      goto fail;
+    }
+    memset(b->mem, 0, MEND_CONN_HDR_BYTES);
+  }
+  atomic_store(&b->refs, 2); /* ours, and one handed to the sender with the info (it may outlive us) */
+  *out = b;
+  return ncclSuccess;
+fail:
+  free(b);
+  return res;
 }
 
 static ncclResult_t p2pSetup(struct ncclComm* comm, struct mendConnector* conn, struct mendConnInfo* mine) {
@@ -40,18 +94,9 @@ static ncclResult_t p2pSetup(struct ncclComm* comm, struct mendConnector* conn, 
   MENDCHECK(MENDCALLOC(priv, 1));
   conn->priv = priv;
   if (conn->dir == MEND_RECV) {
-    void* mem = NULL;
-    int err = posix_memalign(&mem, MEND_CONN_HDR_BYTES, mendConnMemBytes(t));
-    if (err || !mem) {
-      WARN("P2P: cannot allocate %zu bytes of FIFO for channel %d from rank %d", mendConnMemBytes(t), conn->channel, conn->peer);
-      return ncclSystemError;
-    }
-    memset(mem, 0, MEND_CONN_HDR_BYTES);
-    priv->mem = mem;
-    /* One reference for us and one handed to the sender with the info (it may outlive us). */
-    atomic_store(&priv->mem->refs, 2);
-    mendConnAttach(t, conn, mem);
-    mine->u.p2p.mem = (uint64_t)(uintptr_t)mem;
+    MENDCHECK(blockAlloc(comm, conn, &priv->block));
+    attachBlock(comm, conn, priv->block);
+    mine->u.p2p.mem = (uint64_t)(uintptr_t)priv->block;
   }
   atomic_fetch_add(&t->bellSeg->refs, 1);
   mine->u.p2p.bellSeg = (uint64_t)(uintptr_t)t->bellSeg;
@@ -61,12 +106,12 @@ static ncclResult_t p2pSetup(struct ncclComm* comm, struct mendConnector* conn, 
 static ncclResult_t p2pConnect(struct ncclComm* comm, struct mendConnector* conn, const struct mendConnInfo* peer) {
   struct p2pPriv* priv = conn->priv;
   if (conn->dir == MEND_SEND) {
-    priv->mem = (struct p2pHdr*)(uintptr_t)peer->u.p2p.mem;
-    if (!priv->mem) {
+    priv->block = (struct p2pBlock*)(uintptr_t)peer->u.p2p.mem;
+    if (!priv->block) {
       WARN("P2P: rank %d sent no FIFO for channel %d", conn->peer, conn->channel);
       return ncclInternalError;
     }
-    mendConnAttach(comm->transport, conn, priv->mem);
+    attachBlock(comm, conn, priv->block);
   }
   priv->peerSeg = (struct mendBellSeg*)(uintptr_t)peer->u.p2p.bellSeg;
   conn->peerBell = (mendBell_t*)priv->peerSeg->map;
@@ -76,7 +121,7 @@ static ncclResult_t p2pConnect(struct ncclComm* comm, struct mendConnector* conn
 static void p2pFree(struct ncclComm* comm, struct mendConnector* conn) {
   struct p2pPriv* priv = conn->priv;
   if (!priv) return;
-  memRelease(priv->mem);
+  blockRelease(priv->block);
   mendBellSegRelease(priv->peerSeg);
   free(priv);
   conn->priv = NULL;

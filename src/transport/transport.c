@@ -13,6 +13,7 @@
 
 #include "bootstrap.h"
 #include "checks.h"
+#include "misc/cudrv.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "plugin/net_plugin.h"
@@ -269,6 +270,7 @@ static void freeConnectors(struct ncclComm* comm) {
 ncclResult_t mendTransportFree(struct ncclComm* comm) {
   struct mendTransport* t = comm ? comm->transport : NULL;
   if (!t) return ncclSuccess;
+  mendCuEnter(comm->cuCtx); /* device mode: connector memory is freed through the driver */
   /* The proxy and the resilience service go first: they are the other users of net connectors. */
   mendProxyDestroy(comm);
   mendResilStop(comm->resil);
@@ -317,8 +319,8 @@ static struct mendConnector* undelivered(struct ncclComm* comm, int* err) {
       for (int r = 0; slice && r < comm->nRanks; r++) {
         struct mendConnector* conn = slice[r];
         if (!conn || !conn->connected || conn->kind != MEND_TRANSPORT_NET) continue;
-        if (atomic_load_explicit(&conn->fifo->head, memory_order_acquire) ==
-            atomic_load_explicit(&conn->fifo->tail, memory_order_acquire))
+        if (mendFifoLoad(&conn->fifo->head) ==
+            mendFifoLoad(&conn->fifo->tail))
           continue;
         *err = atomic_load(&conn->error);
         return conn;

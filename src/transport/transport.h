@@ -24,8 +24,8 @@
 
 #include "nccl.h"
 #include "misc/bell.h"
+#include "transport/fifo.h"
 
-#define MEND_FIFO_SLOTS 8        /* slots per connector (NCCL_STEPS) */
 #define MEND_CONN_COLL 0         /* connIndex of collective connectors */
 #define MEND_CONN_P2P 1          /* connIndex of send/recv connectors (never shared with collectives) */
 #define MEND_NCONN_INDEX 2
@@ -40,15 +40,6 @@ enum mendTransportKind {
   MEND_TRANSPORT_NET = 2   /* other host, through the proxy */
 };
 
-/* Counters shared by the two ends of a connection (each on its own cache line). */
-struct mendFifo {
-  _Atomic uint64_t tail;                /* slots posted by the producer */
-  char pad0[64 - sizeof(uint64_t)];
-  _Atomic uint64_t head;                /* slots consumed by the consumer */
-  char pad1[64 - sizeof(uint64_t)];
-  uint64_t bytes[MEND_FIFO_SLOTS];      /* valid bytes in each posted slot */
-};
-
 struct mendConnector {
   int peer;                 /* remote rank */
   int channel;              /* channel index */
@@ -61,6 +52,8 @@ struct mendConnector {
   size_t slotBytes;         /* bytes per slot (NCCL_BUFFSIZE / MEND_FIFO_SLOTS) */
   int nSlots;               /* MEND_FIFO_SLOTS */
   mendBell_t* peerBell;     /* ring after moving tail (producer) or head (consumer) */
+  struct mendFifo* devFifo; /* device mode: the FIFO as the CUDA kernel addresses it (NULL otherwise) */
+  char* devBuff;            /* device mode: the slot memory as the kernel addresses it */
   void* priv;               /* transport-private state */
   _Atomic int error;        /* ncclResult_t: the transport lost this connector (net: no path left, peer
                              * gone); 0 while healthy.  An operation stuck on it fails. */

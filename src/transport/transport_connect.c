@@ -14,6 +14,7 @@
 
 #include "bootstrap.h"
 #include "checks.h"
+#include "misc/cudrv.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 
@@ -194,6 +195,7 @@ ncclResult_t mendTransportConnect(struct ncclComm* comm, int nReqs, const struct
     WARN("mendTransportConnect: bad request list (%d requests at %p)", nReqs, (const void*)reqs);
     return ncclInvalidArgument;
   }
+  MENDCHECK(mendCuEnter(comm->cuCtx)); /* device mode: connector memory comes from the driver */
   struct connectJob job;
   ncclResult_t res = ncclSuccess;
   MENDCHECKGOTO(jobInit(comm, nReqs, reqs, &job), res, free_job);

@@ -1,0 +1,289 @@
+/*
+ * The CUDA executor: launches the kernel (kernel.cu, embedded as a fatbin and loaded through the
+ * driver API) on the operations' stream, one CTA per lane.  ncclGroupEnd returns once the launch
+ * is enqueued; the work completes in stream order, under CUDA graph capture too: the launch
+ * carries everything by value except its descriptor buffer, which lives in pinned host memory
+ * until the kernel is known to be done (an event) or, when captured into a graph, until the
+ * communicator is destroyed (a graph must not outlive its communicator, as with NCCL).
+ * Errors a kernel meets go to the communicator's device state and surface through
+ * ncclCommGetAsyncError and the next call.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checks.h"
+#include "comm.h"
+#include "device/engine.h"
+#include "device/kernel.h"
+#include "device/launch.h"
+#include "misc/cudrv.h"
+#include "misc/param.h"
+#include "misc/utils.h"
+
+#define MAX_DEVICES 64
+
+/* The kernel image, written by the build (gen/device/kernel_fatbin.c); size 0 without nvcc. */
+extern const unsigned char mendKernelFatbin[];
+extern const size_t mendKernelFatbinSize;
+
+/* One descriptor buffer (pinned, device-mapped) and the event that tells its kernel is done. */
+struct launchBuf {
+  char* host;             /* the buffer (its device address is the same, UVA) */
+  size_t cap;             /* bytes */
+  CUevent done;           /* recorded after the launch (not under capture) */
+  void** scratch;         /* device temporaries the launch uses (in-place AlltoAll), freed with it */
+  int nScratch;           /* how many */
+  struct launchBuf* next; /* list link */
+};
+
+struct mendCudaComm {
+  CUfunction fn;          /* the kernel in this device's module */
+  int nThreads;           /* threads per CTA */
+  pthread_mutex_t lock;   /* the lists below */
+  struct launchBuf* live; /* launched, not yet known done */
+  struct launchBuf* kept; /* captured into a graph: kept until destroy */
+  struct launchBuf* pool; /* done, reusable */
+  void** scratch;         /* temporaries of the plan being built, handed to its launch */
+  int nScratch;           /* how many */
+};
+
+static pthread_mutex_t moduleLock = PTHREAD_MUTEX_INITIALIZER;
+static CUfunction moduleFn[MAX_DEVICES]; /* the kernel per device (primary contexts live as long as the process) */
+
+static ncclResult_t loadKernel(int dev, CUfunction* fn) {
+  ncclResult_t res = ncclSuccess;
+  if (dev < 0 || dev >= MAX_DEVICES) {
+    WARN("CUDA: device %d is beyond the %d devices Mend supports per process", dev, MAX_DEVICES);
+    return ncclInvalidUsage;
+  }
+  if (mendKernelFatbinSize == 0) {
+    WARN("CUDA: this build of Mend has no CUDA kernels (built without nvcc); device buffers are not supported");
+    return ncclInvalidUsage;
+  }
+  pthread_mutex_lock(&moduleLock);
+  if (moduleFn[dev] == NULL) {
+    CUmodule mod = NULL;
+    CUfunction f = NULL;
+    MENDCHECKGOTO(mendCuCheck(mendCu.cuModuleLoadData(&mod, mendKernelFatbin), "cuModuleLoadData", __FILE__, __LINE__),
+                  res, unlock);
+    MENDCHECKGOTO(mendCuCheck(mendCu.cuModuleGetFunction(&f, mod, MEND_KERNEL_NAME), "cuModuleGetFunction", __FILE__,
+                              __LINE__), res, unlock);
+    int regs = 0, local = 0;
+    mendCu.cuFuncGetAttribute(&regs, MEND_CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+    mendCu.cuFuncGetAttribute(&local, MEND_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+    INFO(NCCL_INIT, "CUDA: kernel loaded on device %d (%d registers, %d bytes local memory per thread)", dev, regs,
+         local);
+    moduleFn[dev] = f;
+  }
+  *fn = moduleFn[dev];
+unlock:
+  pthread_mutex_unlock(&moduleLock);
+  return res;
+}
+
+static int threadsPerCta(void) {
+  int64_t t = mendParamNthreads();
+  if (t == -2) return MEND_KERNEL_MAX_THREADS;
+  if (t < 64 || t > MEND_KERNEL_MAX_THREADS || t % 32 != 0) {
+    WARN("NCCL_NTHREADS=%lld: expected a multiple of 32 in [64, %d]; using %d", (long long)t, MEND_KERNEL_MAX_THREADS,
+         MEND_KERNEL_MAX_THREADS);
+    return MEND_KERNEL_MAX_THREADS;
+  }
+  return (int)t;
+}
+
+ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
+  struct mendCudaComm* cc;
+  MENDCHECK(mendCuEnter(comm->cuCtx));
+  MENDCHECK(MENDCALLOC(cc, 1));
+  pthread_mutex_init(&cc->lock, NULL);
+  comm->cuda = cc;
+  cc->nThreads = threadsPerCta();
+  MENDCHECK(loadKernel(comm->cudaDev, &cc->fn));
+  void* st = NULL;
+  MENDCHECK(mendCuHostAlloc(sizeof(struct mendDevState), &st));
+  comm->devState = st;
+  comm->devState->abortFlag = mendCommAborted(comm);
+  INFO(NCCL_INIT, "Rank %d: cuda executor on device %d, %d threads per CTA", comm->rank, comm->cudaDev, cc->nThreads);
+  return ncclSuccess;
+}
+
+static void freeScratch(void** scratch, int n) {
+  for (int i = 0; i < n; i++) mendCuDevFree(scratch[i]);
+  free(scratch);
+}
+
+/* Move the buffers whose kernel finished from live to the pool; returns how many are still live. */
+static int reclaim(struct mendCudaComm* cc) {
+  int left = 0;
+  for (struct launchBuf** p = &cc->live; *p;) {
+    struct launchBuf* b = *p;
+    if (mendCu.cuEventQuery(b->done) == MEND_CU_SUCCESS) {
+      freeScratch(b->scratch, b->nScratch);
+      b->scratch = NULL;
+      b->nScratch = 0;
+      *p = b->next;
+      b->next = cc->pool;
+      cc->pool = b;
+    } else {
+      left++;
+      p = &b->next;
+    }
+  }
+  return left;
+}
+
+ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void** ptr) {
+  struct mendCudaComm* cc = comm->cuda;
+  MENDCHECK(mendCuEnter(comm->cuCtx));
+  void** grown = realloc(cc->scratch, sizeof(void*) * (size_t)(cc->nScratch + 1));
+  if (grown == NULL) {
+    WARN("CUDA: out of memory for a scratch list");
+    return ncclSystemError;
+  }
+  cc->scratch = grown;
+  MENDCHECK(mendCuDevAlloc(bytes, ptr));
+  cc->scratch[cc->nScratch++] = *ptr;
+  return ncclSuccess;
+}
+
+static ncclResult_t getBuf(struct mendCudaComm* cc, size_t bytes, struct launchBuf** out) {
+  for (struct launchBuf** p = &cc->pool; *p; p = &(*p)->next) {
+    if ((*p)->cap < bytes) continue;
+    *out = *p;
+    *p = (*p)->next;
+    return ncclSuccess;
+  }
+  struct launchBuf* b;
+  MENDCHECK(MENDCALLOC(b, 1));
+  b->cap = bytes < 65536 ? 65536 : bytes;
+  ncclResult_t res = mendCuHostAlloc(b->cap, (void**)&b->host);
+  if (res == ncclSuccess) res = mendCuCheck(mendCu.cuEventCreate(&b->done, MEND_CU_EVENT_DISABLE_TIMING),
+                                            "cuEventCreate", __FILE__, __LINE__);
+  if (res != ncclSuccess) {
+    mendCuHostFree(b->host);
+    free(b);
+    return res;
+  }
+  *out = b;
+  return ncclSuccess;
+}
+
+static void freeBufs(struct launchBuf* b) {
+  while (b) {
+    struct launchBuf* next = b->next;
+    if (b->done) mendCu.cuEventDestroy(b->done);
+    freeScratch(b->scratch, b->nScratch);
+    mendCuHostFree(b->host);
+    free(b);
+    b = next;
+  }
+}
+
+/* Launch one communicator's works on its stream. */
+static ncclResult_t launchBatch(struct mendExecBatch* bt) {
+  struct ncclComm* comm = bt->comm;
+  struct mendCudaComm* cc = comm->cuda;
+  ncclResult_t res;
+  MENDCHECK(mendExecPollError(comm));
+  MENDCHECK(mendCuEnter(comm->cuCtx));
+  CUstream stream = (CUstream)bt->stream;
+  int capture = MEND_CU_STREAM_CAPTURE_STATUS_NONE;
+  CUCHECK(cuStreamIsCapturing(stream, &capture));
+  pthread_mutex_lock(&cc->lock);
+  struct launchBuf* b = NULL;
+  reclaim(cc);
+  MENDCHECKGOTO(getBuf(cc, mendLaunchBytes(bt->works, bt->nWorks), &b), res, unlock);
+  struct mendDevLaunch launch;
+  MENDCHECKGOTO(mendLaunchBuild(bt->works, bt->nWorks, 1, b->host, (uintptr_t)b->host, &launch), res, fail_buf);
+  launch.state = comm->devState;
+  launch.abortSpins = (uint32_t)mendParamKernelAbortPollSpins();
+  launch.rank = comm->rank;
+  void* params[] = {&launch};
+  MENDCHECKGOTO(mendCuCheck(mendCu.cuLaunchKernel(cc->fn, launch.nLanes, 1, 1, (unsigned)cc->nThreads, 1, 1, 0, stream,
+                                                  params, NULL), "cuLaunchKernel", __FILE__, __LINE__), res, fail_buf);
+  b->scratch = cc->scratch; /* the plan's temporaries live as long as the launch */
+  b->nScratch = cc->nScratch;
+  cc->scratch = NULL;
+  cc->nScratch = 0;
+  if (capture != MEND_CU_STREAM_CAPTURE_STATUS_NONE) {
+    b->next = cc->kept; /* the graph replays this launch: its descriptor stays */
+    cc->kept = b;
+  } else {
+    res = mendCuCheck(mendCu.cuEventRecord(b->done, stream), "cuEventRecord", __FILE__, __LINE__);
+    b->next = cc->live; /* on failure too: the kernel was launched and may still read it */
+    cc->live = b;
+  }
+  TRACE(NCCL_COLL, "Rank %d: launched %u CTAs x %d threads (%d works) on stream %p%s", comm->rank, launch.nLanes,
+        cc->nThreads, bt->nWorks, (void*)stream, capture ? " (captured)" : "");
+  goto unlock;
+fail_buf:
+  b->next = cc->pool;
+  cc->pool = b;
+unlock:
+  pthread_mutex_unlock(&cc->lock);
+  return res;
+}
+
+static ncclResult_t cudaRun(struct mendExecBatch* batches, int nBatches) {
+  for (int i = 0; i < nBatches; i++) {
+    if (batches[i].nWorks == 0) continue;
+    ncclResult_t res = launchBatch(batches + i);
+    if (res != ncclSuccess) {
+      mendCommSetAsyncError(batches[i].comm, res);
+      return res;
+    }
+  }
+  return ncclSuccess;
+}
+
+static int cudaQuiesce(struct ncclComm* comm, int64_t timeoutMs) {
+  struct mendCudaComm* cc = comm->cuda;
+  if (cc == NULL) return 1;
+  if (mendCuEnter(comm->cuCtx) != ncclSuccess) return 0;
+  int64_t start = mendTimeMs();
+  int64_t warnAt = start + 10000;
+  for (;;) {
+    pthread_mutex_lock(&cc->lock);
+    int left = reclaim(cc);
+    pthread_mutex_unlock(&cc->lock);
+    if (left == 0) return 1;
+    int64_t now = mendTimeMs();
+    if (timeoutMs >= 0 && now - start >= timeoutMs) return 0;
+    if (now >= warnAt) {
+      WARN("Rank %d: %d kernel launch(es) still running after %lld ms (waiting for their stream)", comm->rank, left,
+           (long long)(now - start));
+      warnAt = now + 10000;
+    }
+    usleep(200);
+  }
+}
+
+static void cudaRelease(struct ncclComm* comm) {
+  struct mendCudaComm* cc = comm->cuda;
+  int running = cc && cc->live;
+  if (cc) {
+    mendCuEnter(comm->cuCtx);
+    freeBufs(cc->pool);
+    freeBufs(cc->kept);
+    freeScratch(cc->scratch, cc->nScratch);
+    /* Live buffers remain only when a kernel did not stop: leaking them is safer than freeing them. */
+    if (cc->live) WARN("Rank %d: leaving %s kernel's launch memory allocated", comm->rank, "a running");
+    pthread_mutex_destroy(&cc->lock);
+    free(cc);
+    comm->cuda = NULL;
+  }
+  if (comm->devState) {
+    if (!running) mendCuHostFree(comm->devState);
+    comm->devState = NULL;
+  }
+}
+
+const struct mendExecutor mendExecCuda = {
+  .name = "cuda",
+  .run = cudaRun,
+  .quiesce = cudaQuiesce,
+  .release = cudaRelease,
+};

@@ -1,0 +1,388 @@
+/*
+ * The device executor: one CTA per lane (kernel.h) interprets the lane's works with the shared
+ * program walker (walk.h).  Per step, thread 0 waits for the input slot to be full and the output
+ * slot to be free (polling the FIFO counters with system-scope acquires, looking at the abort and
+ * error flags every `abortSpins` polls), the CTA moves and reduces the data with every thread
+ * (16-byte packs where the pointers allow, the element arithmetic of dtypes.h), every thread
+ * fences, and thread 0 posts the slot (bytes, then tail with a release; head likewise).
+ *
+ * The same source is compiled twice: by nvcc into the fatbin that the library embeds, and by the
+ * host C++ compiler against kernel_sync.h's shim as the kernel-cpu executor that the test suite
+ * runs on machines without a GPU.
+ */
+#include "device/kernel.h"
+#include "device/kernel_sync.h"
+#include "device/walk.h"
+
+/* What a CTA keeps in shared memory for the work it runs. */
+struct KShared {
+  struct mendDevWork w;                        /* the work (arguments, connectors) */
+  uint64_t prog[(sizeof(struct mendProgram) + 7) / 8]; /* the program's fixed part */
+  uint64_t mine[MEND_PROG_MAX_PEERS];          /* recv: our head; send: our tail */
+  uint64_t seen[MEND_PROG_MAX_PEERS];          /* recv: the producer's tail; send: the consumer's head */
+  char* in;                                    /* this step's received slot */
+  char* out;                                   /* this step's slot to post */
+  uint64_t scalar;                             /* PreMulSum scalar bytes */
+  int32_t stop;                                /* 1: leave (abort or error) */
+};
+
+/* Per-call constants of the element loops. */
+struct KArgs {
+  uint64_t scalar; /* PreMulSum scalar bytes */
+  uint32_t nRanks; /* SUM_POSTDIV divisor */
+  int32_t pre;     /* apply the pre-multiplication to the local operand */
+  int32_t post;    /* apply the division to the result */
+};
+
+/* ---- element arithmetic per datatype (dtypes.h) ---- */
+
+#define KOPS(Tag, Ty)                                                        \
+  struct KOps##Tag {                                                         \
+    typedef Ty T;                                                            \
+    static KDEV_MEMBER T sum(T a, T b) { return mendSum##Tag(a, b); }        \
+    static KDEV_MEMBER T prod(T a, T b) { return mendProd##Tag(a, b); }      \
+    static KDEV_MEMBER T max(T a, T b) { return mendMax##Tag(a, b); }        \
+    static KDEV_MEMBER T min(T a, T b) { return mendMin##Tag(a, b); }        \
+    static KDEV_MEMBER T div(T a, uint32_t n) { return mendDiv##Tag(a, n); } \
+  };
+#if defined(__CUDACC__)
+#define KDEV_MEMBER __device__ __forceinline__
+#else
+#define KDEV_MEMBER inline
+#endif
+KOPS(I8, int8_t)
+KOPS(U8, uint8_t)
+KOPS(I32, int32_t)
+KOPS(U32, uint32_t)
+KOPS(I64, int64_t)
+KOPS(U64, uint64_t)
+KOPS(F16, uint16_t)
+KOPS(F32, float)
+KOPS(F64, double)
+KOPS(Bf16, uint16_t)
+KOPS(E4m3, uint8_t)
+KOPS(E5m2, uint8_t)
+
+template <class O, int KIND>
+KDEV typename O::T kCombine(typename O::T a, typename O::T b, const KArgs& k) {
+  typedef typename O::T T;
+  if (KIND == MEND_RED_SUM) return O::sum(a, b);
+  if (KIND == MEND_RED_PROD) return O::prod(a, b);
+  if (KIND == MEND_RED_MAX) return O::max(a, b);
+  if (KIND == MEND_RED_MIN) return O::min(a, b);
+  if (KIND == MEND_RED_PREMULSUM) {
+    T s;
+    memcpy(&s, &k.scalar, sizeof s);
+    return O::sum(k.pre ? O::prod(a, s) : a, b);
+  }
+  T r = O::sum(a, b); /* SUM_POSTDIV */
+  return k.post ? O::div(r, k.nRanks) : r;
+}
+
+/* A copy's element function: the pre-multiplication or the final division, else identity. */
+template <class O, int KIND>
+KDEV typename O::T kUnary(typename O::T a, const KArgs& k) {
+  typedef typename O::T T;
+  if (KIND == MEND_RED_PREMULSUM && k.pre) {
+    T s;
+    memcpy(&s, &k.scalar, sizeof s);
+    return O::prod(a, s);
+  }
+  if (KIND == MEND_RED_SUM_POSTDIV && k.post) return O::div(a, k.nRanks);
+  return a;
+}
+
+/* d0[i] (and d1[i]) = RED ? combine(a[i], b[i]) : unary(a[i]), for n elements, all threads. */
+template <class O, int KIND, int RED>
+KDEV void kLoop(char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
+  typedef typename O::T T;
+  const uint32_t V = 16 / sizeof(T);
+  uint64_t nv = 0;
+  if ((((uintptr_t)d0 | (uintptr_t)d1 | (uintptr_t)a | (uintptr_t)b) & 15) == 0) nv = n / V;
+  for (uint64_t i = KTID; i < nv; i += KNTHREADS) {
+    KPack pa = kLoadPack(a + i * 16), pb = pa, pr;
+    if (RED) pb = kLoadPack(b + i * 16);
+    T ta[16 / sizeof(T)], tb[16 / sizeof(T)], tr[16 / sizeof(T)];
+    memcpy(ta, &pa, 16);
+    memcpy(tb, &pb, 16);
+    for (uint32_t j = 0; j < V; j++) tr[j] = RED ? kCombine<O, KIND>(ta[j], tb[j], k) : kUnary<O, KIND>(ta[j], k);
+    memcpy(&pr, tr, 16);
+    if (d0) kStorePack(d0 + i * 16, pr);
+    if (d1) kStorePack(d1 + i * 16, pr);
+  }
+  for (uint64_t i = nv * V + KTID; i < n; i += KNTHREADS) {
+    T x = kLoad((const T*)a + i);
+    T r = RED ? kCombine<O, KIND>(x, kLoad((const T*)b + i), k) : kUnary<O, KIND>(x, k);
+    if (d0) ((T*)d0)[i] = r;
+    if (d1) ((T*)d1)[i] = r;
+  }
+}
+
+template <class O, int RED>
+KDEV void kByKind(int kind, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
+  switch (kind) {
+    case MEND_RED_SUM: kLoop<O, MEND_RED_SUM, RED>(d0, d1, a, b, n, k); break;
+    case MEND_RED_PROD: kLoop<O, MEND_RED_PROD, RED>(d0, d1, a, b, n, k); break;
+    case MEND_RED_MAX: kLoop<O, MEND_RED_MAX, RED>(d0, d1, a, b, n, k); break;
+    case MEND_RED_MIN: kLoop<O, MEND_RED_MIN, RED>(d0, d1, a, b, n, k); break;
+    case MEND_RED_PREMULSUM: kLoop<O, MEND_RED_PREMULSUM, RED>(d0, d1, a, b, n, k); break;
+    default: kLoop<O, MEND_RED_SUM_POSTDIV, RED>(d0, d1, a, b, n, k); break;
+  }
+}
+
+template <int RED>
+KDEV void kTyped(int type, int kind, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
+  switch (type) {
+    case ncclInt8: kByKind<KOpsI8, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclUint8: kByKind<KOpsU8, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclInt32: kByKind<KOpsI32, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclUint32: kByKind<KOpsU32, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclInt64: kByKind<KOpsI64, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclUint64: kByKind<KOpsU64, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclFloat16: kByKind<KOpsF16, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclFloat32: kByKind<KOpsF32, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclFloat64: kByKind<KOpsF64, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclBfloat16: kByKind<KOpsBf16, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclFloat8e4m3: kByKind<KOpsE4m3, RED>(kind, d0, d1, a, b, n, k); break;
+    default: kByKind<KOpsE5m2, RED>(kind, d0, d1, a, b, n, k); break;
+  }
+}
+
+/* Plain byte copy to one or two destinations (no element function applies). */
+KDEV void kCopyBytes(char* d0, char* d1, const char* a, uint64_t bytes) {
+  uint64_t nv = 0;
+  if ((((uintptr_t)d0 | (uintptr_t)d1 | (uintptr_t)a) & 15) == 0) nv = bytes / 16;
+  for (uint64_t i = KTID; i < nv; i += KNTHREADS) {
+    KPack p = kLoadPack(a + i * 16);
+    if (d0) kStorePack(d0 + i * 16, p);
+    if (d1) kStorePack(d1 + i * 16, p);
+  }
+  for (uint64_t i = nv * 16 + KTID; i < bytes; i += KNTHREADS) {
+    char c = kLoad(a + i);
+    if (d0) d0[i] = c;
+    if (d1) d1[i] = c;
+  }
+}
+
+/* ---- one step ---- */
+
+/* The data movement of a step whose slots are ready (the host engine's moveData, fused: a result
+ * goes to dst and to the output slot in one pass). */
+KDEV void kMove(const KShared* sh, const struct mendWalk* wk, const struct mendProgStep* s, int seg, uint64_t n) {
+  const struct mendDevWork* w = &sh->w;
+  const struct mendProgram* p = (const struct mendProgram*)sh->prog;
+  const int32_t* segMap = p->nSegMap ? w->prog->segMap : NULL;
+  char* src = s->src != MEND_BUF_NONE ? mendWalkBufAt(wk, p, segMap, &w->args, s->src, seg) : NULL;
+  char* dst = (s->op & MEND_STEP_COPY) ? mendWalkBufAt(wk, p, segMap, &w->args, s->dst, seg) : NULL;
+  char* in = (s->op & MEND_STEP_RECV) ? sh->in : NULL;
+  char* out = (s->op & MEND_STEP_SEND) ? sh->out : NULL;
+  const struct mendRedOp* op = &w->args.redop;
+  KArgs k = {sh->scalar, (uint32_t)op->nRanks, (s->flags & MEND_STEP_PREOP) != 0, (s->flags & MEND_STEP_POSTOP) != 0};
+  if (s->op & MEND_STEP_REDUCE) {
+    kTyped<1>(op->type, op->kind, dst ? dst : out, dst ? out : NULL, src, in, n, k);
+    return;
+  }
+  const char* from = in ? in : src;
+  int fn = (op->kind == MEND_RED_PREMULSUM && k.pre) || (op->kind == MEND_RED_SUM_POSTDIV && k.post);
+  char* d0 = (dst && (dst != from || fn)) ? dst : NULL;
+  if (!d0 && !out) return;
+  if (fn) kTyped<0>(op->type, op->kind, d0, out, from, NULL, n, k);
+  else kCopyBytes(d0, out, from, n * w->args.typeSize);
+}
+
+/* First error of the communicator wins; the others only stop. */
+KDEV void kFail(const struct mendDevLaunch* L, KShared* sh, int32_t code, uint32_t lane, uint32_t work, int32_t peer,
+                uint64_t want, uint64_t got) {
+  struct mendDevState* st = L->state;
+  if (kCas32(&st->error, 0, code) == 0) {
+    st->errLane = (int32_t)lane;
+    st->errWork = (int32_t)work;
+    st->errPeer = peer;
+    st->errWant = want;
+    st->errGot = got;
+    kFenceSys();
+  }
+  sh->stop = 1;
+}
+
+KDEV int kStopped(const struct mendDevLaunch* L) {
+  return kLoadVol32(&L->state->abortFlag) != 0 || kLoadVol32(&L->state->error) != 0;
+}
+
+/* Thread 0: wait until step s can run; sets sh->in/out, or sh->stop. */
+KDEV void kWaitSlots(const struct mendDevLaunch* L, KShared* sh, const struct mendProgStep* s, uint64_t bytes,
+                     uint32_t lane, uint32_t work) {
+  uint32_t spins = 0, every = L->abortSpins ? L->abortSpins : 1;
+  if (s->op & MEND_STEP_RECV) {
+    const struct mendDevConn* c = sh->w.conns + s->recvPeer;
+    uint64_t head = sh->mine[s->recvPeer];
+    while (sh->seen[s->recvPeer] <= head) {
+      sh->seen[s->recvPeer] = kLoadAcq(&c->fifo->tail);
+      if (sh->seen[s->recvPeer] > head) break;
+      if (++spins % every == 0 && kStopped(L)) { sh->stop = 1; return; }
+      kPause();
+    }
+    uint32_t slot = (uint32_t)(head % (uint64_t)c->nSlots);
+    uint64_t got = kLoadVol64(&c->fifo->bytes[slot]);
+    if (got != bytes) {
+      kFail(L, sh, ncclInvalidUsage, lane, work, c->peer, bytes, got);
+      return;
+    }
+    sh->in = c->buff + (uint64_t)slot * c->slotBytes;
+  }
+  if (s->op & MEND_STEP_SEND) {
+    const struct mendDevConn* c = sh->w.conns + s->sendPeer;
+    uint64_t tail = sh->mine[s->sendPeer];
+    while (tail - sh->seen[s->sendPeer] >= (uint64_t)c->nSlots) {
+      sh->seen[s->sendPeer] = kLoadAcq(&c->fifo->head);
+      if (tail - sh->seen[s->sendPeer] < (uint64_t)c->nSlots) break;
+      if (++spins % every == 0 && kStopped(L)) { sh->stop = 1; return; }
+      kPause();
+    }
+    sh->out = c->buff + (tail % (uint64_t)c->nSlots) * c->slotBytes;
+  }
+}
+
+/* Thread 0: post the step's slots (bytes before tail; head after the data was read). */
+KDEV void kPost(KShared* sh, const struct mendProgStep* s, uint64_t bytes) {
+  if (s->op & MEND_STEP_SEND) {
+    const struct mendDevConn* c = sh->w.conns + s->sendPeer;
+    uint64_t tail = sh->mine[s->sendPeer];
+    kStoreVol64(&c->fifo->bytes[tail % (uint64_t)c->nSlots], bytes);
+    kStoreRel(&c->fifo->tail, tail + 1);
+    sh->mine[s->sendPeer] = tail + 1;
+  }
+  if (s->op & MEND_STEP_RECV) {
+    const struct mendDevConn* c = sh->w.conns + s->recvPeer;
+    kStoreRel(&c->fifo->head, ++sh->mine[s->recvPeer]);
+  }
+}
+
+/* ---- a work, a lane ---- */
+
+/* Load work `wi` into shared memory (every thread), then thread 0 reads the connectors' counters. */
+KDEV void kLoadWork(const struct mendDevLaunch* L, KShared* sh, uint32_t wi) {
+  const uint64_t* from = (const uint64_t*)(L->works + wi);
+  uint64_t* to = (uint64_t*)&sh->w;
+  for (uint32_t i = KTID; i < sizeof(struct mendDevWork) / 8; i += KNTHREADS) to[i] = from[i];
+  KSYNC();
+  const uint64_t* prog = (const uint64_t*)sh->w.prog;
+  for (uint32_t i = KTID; i < sizeof(sh->prog) / 8; i += KNTHREADS) sh->prog[i] = prog[i];
+  KSYNC();
+  if (KTID == 0) {
+    const struct mendProgram* p = (const struct mendProgram*)sh->prog;
+    for (int i = 0; i < p->nPeers; i++) {
+      const struct mendDevConn* c = sh->w.conns + i;
+      int recv = p->peers[i].dir == 1; /* MEND_RECV */
+      sh->mine[i] = kLoadAcq(recv ? &c->fifo->head : &c->fifo->tail);
+      sh->seen[i] = kLoadAcq(recv ? &c->fifo->tail : &c->fifo->head);
+    }
+    const struct mendRedOp* op = &sh->w.args.redop;
+    sh->scalar = op->scalar;
+    if (op->kind == MEND_RED_PREMULSUM && op->scalarPtr) {
+      sh->scalar = 0;
+      for (uint32_t b = 0; b < sh->w.args.typeSize && b < 8; b++)
+        ((char*)&sh->scalar)[b] = ((const char*)op->scalarPtr)[b];
+    }
+    sh->stop = 0;
+  }
+  KSYNC();
+}
+
+KDEV void kRunLane(const struct mendDevLaunch* L, uint32_t lane, KShared* sh) {
+  for (uint32_t wi = L->laneStart[lane]; wi < L->laneStart[lane + 1]; wi++) {
+    kLoadWork(L, sh, wi);
+    const struct mendProgram* p = (const struct mendProgram*)sh->prog;
+    struct mendWalk wk;
+    mendWalkBegin(&wk, p, &sh->w.args);
+    while (!wk.done) {
+      const struct mendProgStep* s = p->steps + wk.step;
+      int seg = mendWalkSeg(&wk, p);
+      uint64_t n = mendWalkSegLen(&wk, p, &sh->w.args, seg);
+      if (n) {
+        uint64_t bytes = n * sh->w.args.typeSize;
+        if (KTID == 0) kWaitSlots(L, sh, s, bytes, lane, wi);
+        KSYNC();
+        if (sh->stop) return;
+        kMove(sh, &wk, s, seg, n);
+        kFenceSys();
+        KSYNC();
+        if (KTID == 0) kPost(sh, s, bytes);
+      }
+      mendWalkAdvance(&wk, p, &sh->w.args);
+    }
+    KSYNC(); /* thread 0's last post is done before the next work overwrites shared memory */
+  }
+}
+
+#if defined(__CUDACC__)
+
+extern "C" __global__ void __launch_bounds__(MEND_KERNEL_MAX_THREADS) mendKernel(struct mendDevLaunch launch) {
+  __shared__ KShared sh;
+  kRunLane(&launch, blockIdx.x, &sh);
+}
+
+#else /* ---- the kernel-cpu executor ---- */
+
+#include <pthread.h>
+#include <stdlib.h>
+
+__thread uint32_t kTidTls;
+__thread struct kCta* kCtaTls;
+
+struct kCpuThread {
+  const struct mendDevLaunch* launch; /* what to run */
+  struct kCta* cta;                   /* its CTA */
+  uint32_t lane, tid;                 /* which lane, which thread of the CTA */
+  pthread_t thread;                   /* the host thread */
+  int started;                        /* must be joined */
+};
+
+static void* kCpuMain(void* arg) {
+  struct kCpuThread* t = (struct kCpuThread*)arg;
+  kTidTls = t->tid;
+  kCtaTls = t->cta;
+  int32_t gate;
+  while ((gate = kLoadVol32(&t->cta->gate)) == 0) sched_yield();
+  if (gate < 0) return NULL; /* a sibling thread could not be started: the CTA cannot run */
+  kRunLane(t->launch, t->lane, (KShared*)t->cta->shared);
+  return NULL;
+}
+
+/* Start every thread of CTA l of launch L; a CTA missing a thread would wait forever at its
+ * barrier, so it does not run, and the error stops the lanes that wait on it. */
+static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
+                         struct kCpuThread* th, uint32_t nt) {
+  cta->nThreads = nt;
+  cta->shared = shared;
+  for (uint32_t i = 0; i < nt; i++) {
+    struct kCpuThread* t = th + i;
+    *t = (struct kCpuThread){L, cta, lane, i, 0, 0};
+    t->started = pthread_create(&t->thread, NULL, kCpuMain, t) == 0;
+    if (!t->started) cta->gate = -1;
+  }
+  if (cta->gate < 0) kCas32(&L->state->error, 0, ncclSystemError);
+  else __atomic_store_n(&cta->gate, 1, __ATOMIC_RELEASE);
+}
+
+extern "C" void mendKernelCpuRun(const struct mendDevLaunch* launches, int n, int threadsPerCta) {
+  uint32_t nt = threadsPerCta > 0 ? (uint32_t)threadsPerCta : 1, nl = 0;
+  for (int i = 0; i < n; i++) nl += launches[i].nLanes;
+  struct kCta* ctas = (struct kCta*)calloc(nl + 1, sizeof(struct kCta));
+  KShared* shared = (KShared*)calloc(nl + 1, sizeof(KShared));
+  struct kCpuThread* th = (struct kCpuThread*)calloc((size_t)nl * nt + 1, sizeof(struct kCpuThread));
+  uint32_t c = 0;
+  for (int i = 0; i < n; i++) {
+    for (uint32_t l = 0; l < launches[i].nLanes; l++, c++) {
+      if (ctas && shared && th) kCpuStartCta(launches + i, l, ctas + c, shared + c, th + (size_t)c * nt, nt);
+      else kCas32(&launches[i].state->error, 0, ncclSystemError);
+    }
+  }
+  for (size_t i = 0; th && i < (size_t)nl * nt; i++)
+    if (th[i].started) pthread_join(th[i].thread, NULL);
+  free(th);
+  free(shared);
+  free(ctas);
+}
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * The few primitives the kernel source needs, in two builds:
+ *   nvcc     the real thing: threadIdx/blockDim, __syncthreads, system-scope acquire/release on the
+ *            FIFO counters (PTX ld.acquire.sys / st.release.sys), __threadfence_system before a
+ *            post, and cache-bypassing loads (ld.cv) for data another agent wrote (a slot is
+ *            reused, so a stale L1 line would be wrong data);
+ *   host C++ the shim that runs the same source on the CPU: a CTA's threads are host threads
+ *            (thread-local index), __syncthreads is a barrier, fences and atomics are GCC's.
+ * Only kernel.cu includes this header.
+ */
+#ifndef MEND_DEVICE_KERNEL_SYNC_H_
+#define MEND_DEVICE_KERNEL_SYNC_H_
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+
+#define KDEV static __device__ __forceinline__
+#define KTID ((uint32_t)threadIdx.x)
+#define KNTHREADS ((uint32_t)blockDim.x)
+#define KSYNC() __syncthreads()
+
+KDEV uint64_t kLoadAcq(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+KDEV void kStoreRel(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+KDEV uint64_t kLoadVol64(const uint64_t* p) { return *(const volatile uint64_t*)p; }
+KDEV void kStoreVol64(uint64_t* p, uint64_t v) { *(volatile uint64_t*)p = v; }
+KDEV int32_t kLoadVol32(const volatile int32_t* p) { return *p; }
+KDEV int32_t kCas32(volatile int32_t* p, int32_t expect, int32_t v) {
+  return atomicCAS((int*)p, expect, v);
+}
+KDEV void kFenceSys(void) { __threadfence_system(); }
+KDEV void kPause(void) { __nanosleep(64); }
+
+/* 16-byte packs: loads bypass L1 (ld.global.cv), stores are plain (L1 is write-through). */
+typedef uint4 KPack;
+KDEV KPack kLoadPack(const char* p) { return __ldcv((const uint4*)p); }
+KDEV void kStorePack(char* p, KPack v) { *(uint4*)p = v; }
+template <typename T>
+KDEV T kLoad(const T* p) { return *(const volatile T*)p; }
+
+#else /* ---- the CPU shim ---- */
+
+#include <sched.h>
+
+#define KDEV static inline
+#define __global__
+#define __shared__
+
+/* One CTA on the CPU: its barrier and its shared memory. */
+struct kCta {
+  uint32_t nThreads;       /* threads of the CTA */
+  volatile uint32_t count; /* arrivals in the current barrier phase */
+  volatile uint32_t sense; /* flips when a phase completes */
+  void* shared;            /* the CTA's __shared__ state */
+  volatile int32_t gate;   /* 0 until every thread of the CTA exists; 1: run; -1: leave at once */
+};
+/* The calling host thread's place in its CTA (set by mendKernelCpuRun). */
+extern __thread uint32_t kTidTls;
+extern __thread struct kCta* kCtaTls;
+
+#define KTID kTidTls
+#define KNTHREADS (kCtaTls->nThreads)
+
+/* A sense-reversing barrier; waiters yield (a CPU runs more threads than it has cores). */
+KDEV void kSyncCpu(void) {
+  struct kCta* c = kCtaTls;
+  uint32_t s = __atomic_load_n(&c->sense, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&c->count, 1, __ATOMIC_ACQ_REL) == c->nThreads) {
+    __atomic_store_n(&c->count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->sense, s ^ 1u, __ATOMIC_RELEASE);
+    return;
+  }
+  while (__atomic_load_n(&c->sense, __ATOMIC_ACQUIRE) == s) sched_yield();
+}
+#define KSYNC() kSyncCpu()
+
+KDEV uint64_t kLoadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+KDEV void kStoreRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+KDEV uint64_t kLoadVol64(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+KDEV void kStoreVol64(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+KDEV int32_t kLoadVol32(const volatile int32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+KDEV int32_t kCas32(volatile int32_t* p, int32_t expect, int32_t v) {
+  __atomic_compare_exchange_n(p, &expect, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  return expect;
+}
+KDEV void kFenceSys(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+KDEV void kPause(void) { sched_yield(); }
+
+struct KPack {
+  uint64_t x, y;
+};
+KDEV KPack kLoadPack(const char* p) {
+  KPack v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+KDEV void kStorePack(char* p, KPack v) { memcpy(p, &v, sizeof v); }
+template <typename T>
+KDEV T kLoad(const T* p) {
+  T v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+#endif
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * The FIFO counters shared by the two ends of a connector, in a layout that C, C++ and CUDA all
+ * read: plain 64-bit words (no C11 _Atomic), each counter on its own cache line, accessed only
+ * through the accessors below (GCC atomics on the host; the CUDA kernel has its own, with system
+ * scope, in device/kernel_sync.h).  See transport.h for the protocol.
+ */
+#ifndef MEND_TRANSPORT_FIFO_H_
+#define MEND_TRANSPORT_FIFO_H_
+
+#include <stdint.h>
+
+#define MEND_FIFO_SLOTS 8 /* slots per connector (NCCL_STEPS) */
+
+struct mendFifo {
+  uint64_t tail;                   /* slots posted by the producer */
+  char pad0[64 - sizeof(uint64_t)];
+  uint64_t head;                   /* slots consumed by the consumer */
+  char pad1[64 - sizeof(uint64_t)];
+  uint64_t bytes[MEND_FIFO_SLOTS]; /* valid bytes in each posted slot */
+};
+
+#if !defined(__CUDA_ARCH__)
+/* Acquire load / release store / relaxed load of a counter (host side). */
+static inline uint64_t mendFifoLoad(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline uint64_t mendFifoPeek(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static inline void mendFifoStore(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+#endif
+
+#endif
