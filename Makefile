@@ -147,7 +147,8 @@ $(BUILDDIR)/bin/%: benchmarks/%.py
 	@mkdir -p $(@D)
 	install -m 755 $< $@
 
-$(BUILDDIR)/bin/%: benchmarks/%.c $(BENCH_COMMON_OBJ) $(BENCH_FLAVOUR) $(SHARED) $(BUILDDIR)/lib/$(SONAME)
+# (-lnccl links through the unversioned libnccl.so: a prerequisite, or a parallel build races it.)
+$(BUILDDIR)/bin/%: benchmarks/%.c $(BENCH_COMMON_OBJ) $(BENCH_FLAVOUR) $(SHARED) $(BUILDDIR)/lib/$(LIBNAME)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/bench
 	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -Ibenchmarks/common -MF $(BUILDDIR)/obj/bench/$*.d $< $(BENCH_COMMON_OBJ) \
 	    -o $@ -L$(BUILDDIR)/lib -lnccl $(RUNPATH) $(BENCH_LIBS) $(LIBS)
