@@ -132,11 +132,18 @@ ifeq ($(MPI),1)
 BENCH_FLAGS := -DMPI_SUPPORT $(shell mpicc --showme:compile)
 BENCH_LIBS  := $(shell mpicc --showme:link)
 endif
-# Rebuild the perf tools when MPI= changes: this file holds the flavour they were built with.
+# With nvcc the perf tools run on GPU memory when a GPU is found (device mode, benchmarks/README.md):
+# the CUDA runtime is linked statically, so they still start on machines without a driver.
+# ($(BUILDDIR)/include comes first: Mend's nccl.h, not the toolkit's.)
+ifeq ($(HAVE_NVCC),1)
+BENCH_FLAGS += -DMEND_PERF_CUDA -I$(CUDA_HOME)/include
+BENCH_LIBS  += $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lpthread
+endif
+# Rebuild the perf tools when MPI= or CUDA changes: this file holds the flavour they were built with.
 BENCH_FLAVOUR := $(BUILDDIR)/obj/benchmarks/flavour
 $(BENCH_FLAVOUR): FORCE
 	@mkdir -p $(@D)
-	@echo "MPI=$(MPI)" | cmp -s - $@ || echo "MPI=$(MPI)" > $@
+	@echo "MPI=$(MPI) CUDA=$(HAVE_NVCC)" | cmp -s - $@ || echo "MPI=$(MPI) CUDA=$(HAVE_NVCC)" > $@
 .PHONY: FORCE
 
 $(BUILDDIR)/obj/benchmarks/%.o: benchmarks/%.c $(BENCH_FLAVOUR) | $(HEADER)

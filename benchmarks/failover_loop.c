@@ -142,7 +142,7 @@ static int64_t iterate(struct loopRank* L, int iter, uint64_t seed, int check, d
   }
   *t0 = now();
   ncclResult_t res = coll->run(L->send, L->recv, L->c.paramCount, (ncclDataType_t)L->o.type,
-                               ncclSum, root < 0 ? 0 : root, L->comm, rank, n);
+                               ncclSum, root < 0 ? 0 : root, L->comm, rank, n, NULL);
   *t1 = now();
   if (res != ncclSuccess) {
     const char* last = ncclGetLastError(L->comm);

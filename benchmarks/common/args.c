@@ -78,9 +78,10 @@ void benchUsageText(FILE* f, const char* prog) {
     "f8e4m3/f8e5m2/all>] (float)\n"
     "\t[-r,--root <root>] (0)\n"
     "\t[-z,--blocking <0/1/2/3>] (0)\n"
-    "\t[-y,--stream_null <0/1>] (0; host mode has no streams)\n"
+    "\t[-y,--stream_null <0/1>] device mode: call on the NULL stream (0; host mode has none)\n"
     "\t[-T,--timeout <time in seconds>] abort the communicators (0 = off)\n"
-    "\t[-G,--cudagraph <num graph launches>] (0; ignored in host mode)\n"
+    "\t[-G,--cudagraph <num graph launches>] device mode: replay the timed loop as a CUDA graph\n"
+    "\t    this many times (0; ignored in host mode)\n"
     "\t[-C,--report_cputime <0/1>] (0)\n"
     "\t[-a,--average <0/1/2/3>] report rank 0/average/min/max time across ranks (1)\n"
     "\t[-R,--local_register <0/1/2>] 1 ncclCommRegister, 2 symmetric window (0)\n"
@@ -90,6 +91,8 @@ void benchUsageText(FILE* f, const char* prog) {
     "\t[-J,--output_file <file>] also write the results as JSON\n"
     "\t[-S,--report_timestamps <0/1>] add a timestamp column (0)\n"
     "\t[-M,--memory <0/1>] print buffer memory use (0)\n"
+    "\t[-M,--memory <host/device>] memory mode: device (GPU buffers, a stream per rank) when\n"
+    "\t    built with CUDA and a GPU is found, else host; also MEND_PERF_MEMORY (auto)\n"
     "\t[-u,--unalign <elements>] misalign buffers (0)\n"
     "\t[-I,--per_iter_timing <0/1>] add i_min, i_max, i_p99, i_cv%% columns (0)\n"
     "\t[-K,--per_iter_skip <count>] samples skipped for -I (0)\n"
@@ -97,7 +100,8 @@ void benchUsageText(FILE* f, const char* prog) {
     "\t[-h,--help]\n"
     "Ranks: threads x ranks-per-thread in this process; with RANK/WORLD_SIZE set (mend-run,\n"
     "torchrun) or under mpirun (built with MPI=1), times the number of processes.\n"
-    "Environment: NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT_MASK, NCCL_TESTS_SPLIT, NCCL_TESTS_DEVICE.\n",
+    "Environment: NCCL_TESTS_MIN_BW, NCCL_TESTS_SPLIT_MASK, NCCL_TESTS_SPLIT, NCCL_TESTS_DEVICE,\n"
+    "MEND_PERF_MEMORY (host, device or auto).\n",
     prog);
 }
 
@@ -119,6 +123,29 @@ static const struct option longOpts[] = {
     {"unalign", required_argument, 0, 'u'},       {"per_iter_timing", required_argument, 0, 'I'},
     {"per_iter_skip", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
     {"selftest", no_argument, 0, 1000},           {0, 0, 0, 0}};
+
+/* The memory mode by name (-M host|device, MEND_PERF_MEMORY); -1 if unknown. */
+static int memModeByName(const char* a) {
+  if (strcmp(a, "auto") == 0) return benchMemAuto;
+  if (strcmp(a, "host") == 0) return benchMemHost;
+  if (strcmp(a, "device") == 0) return benchMemDevice;
+  return -1;
+}
+
+/* -M takes nccl-tests' 0/1 (memory-use line) or a memory mode; both may be given (-M 1 -M host). */
+static int parseMemory(const char* a, struct benchOpts* o) {
+  int mode = memModeByName(a);
+  if (mode > benchMemAuto) {
+    o->memMode = mode;
+    return 0;
+  }
+  if (strcmp(a, "0") == 0 || strcmp(a, "1") == 0) {
+    o->memReport = a[0] - '0';
+    return 0;
+  }
+  fprintf(stderr, "Invalid value '%s' for -M: want 0 or 1 (memory-use line), host or device\n", a);
+  return -1;
+}
 
 /* One flag; returns 0, or -1 after printing what was wrong. */
 static int parseOne(struct benchOpts* o, int c, const char* a) {
@@ -148,7 +175,7 @@ static int parseOne(struct benchOpts* o, int c, const char* a) {
     case 'V': return parseInt(c, a, 1, 1 << 16, &o->deviceCtaCount);
     case 'J': o->jsonFile = a; return 0;
     case 'S': return parseInt(c, a, 0, 1, &o->timestamps);
-    case 'M': return parseInt(c, a, 0, 1, &o->memReport);
+    case 'M': return parseMemory(a, o);
     case 'u': return parseInt(c, a, 0, 1 << 20, &o->unalign);
     case 'I': return parseInt(c, a, 0, 1, &o->perIter);
     case 'K': return parseInt(c, a, 0, INT_MAX / 2, &o->perIterSkip);
@@ -193,6 +220,14 @@ static int finishOpts(struct benchOpts* o) {
   if (o->perIterSkip >= o->iters && o->perIter) {
     fprintf(stderr, "Invalid -K %d: must be smaller than -n %d\n", o->perIterSkip, o->iters);
     return -1;
+  }
+  const char* mem = getenv("MEND_PERF_MEMORY");
+  if (mem && *mem && o->memMode == benchMemAuto) {  /* -M host|device wins over the variable */
+    o->memMode = memModeByName(mem);
+    if (o->memMode < 0) {
+      fprintf(stderr, "Invalid MEND_PERF_MEMORY '%s': want host, device or auto\n", mem);
+      return -1;
+    }
   }
   const char* bw = getenv("NCCL_TESTS_MIN_BW");
   if (bw && *bw) {

@@ -38,6 +38,13 @@ enum benchStatus {
   benchHelp = 3,      /* -h: help printed; the tool exits 0 */
 };
 
+/* Where the buffers live (-M host|device, MEND_PERF_MEMORY). */
+enum benchMemMode {
+  benchMemAuto = 0,    /* device when built with CUDA and a GPU is found, else host */
+  benchMemHost = 1,    /* host buffers, stream NULL, calls complete when they return */
+  benchMemDevice = 2,  /* cudaMalloc buffers and a CUDA stream per rank; no GPU is an error */
+};
+
 /* Everything the command line (and NCCL_TESTS_* variables) can set. */
 struct benchOpts {
   int nThreads;          /* -t: threads per process */
@@ -56,9 +63,10 @@ struct benchOpts {
   int type;              /* -d: ncclDataType_t, or -1 for all */
   int root;              /* -r */
   int blocking;          /* -z: 0..3 as in nccl-tests */
-  int streamNull;        /* -y: accepted; host mode has no streams */
+  int streamNull;        /* -y: device mode calls on the NULL stream; host mode has no streams */
   int timeout;           /* -T: seconds before the communicators are aborted (0 = off) */
-  int graphLaunches;     /* -G: accepted; ignored in host mode (noted in the header) */
+  int graphLaunches;     /* -G: device mode replays the timed loop as a CUDA graph this many
+                          * times; ignored in host mode (noted in the header) */
   int reportCputime;     /* -C */
   int average;           /* -a: 0 rank 0, 1 average, 2 min, 3 max across ranks */
   int localRegister;     /* -R: 0 none, 1 ncclCommRegister, 2 symmetric window */
@@ -67,7 +75,8 @@ struct benchOpts {
   int deviceCtaCount;    /* -V */
   const char* jsonFile;  /* -J: JSON output file, or NULL */
   int timestamps;        /* -S: timestamp column */
-  int memReport;         /* -M: memory-usage line */
+  int memReport;         /* -M 0|1: memory-usage line */
+  int memMode;           /* -M host|device, MEND_PERF_MEMORY: enum benchMemMode */
   int unalign;           /* -u: misalign buffers by this many elements */
   int perIter;           /* -I: per-iteration i_min/i_max/i_p99/i_cv% columns */
   int perIterSkip;       /* -K: samples skipped for -I */
@@ -90,8 +99,13 @@ struct benchRank {
   int rank;              /* rank in comm */
   int nRanks;            /* size of comm */
   int device;            /* ncclCommCuDevice, -1 in host mode */
+  int cudaDev;           /* GPU this rank was given (current at init), -1 in host mode */
+  cudaStream_t stream;   /* stream of its calls: NULL in host mode and with -y 1 */
+  void* stage;           /* device mode: host buffer that inputs and results pass through */
+  void* graph;           /* device mode, -G: the captured timed loop (cudaGraphExec_t) */
   int color;             /* NCCL_TESTS_SPLIT group (0 without a split) */
-  void* sendBuf;         /* allocation used as the send buffer (aligned, plus -u offset) */
+  void* sendBuf;         /* allocation used as the send buffer (aligned, plus -u offset); GPU
+                          * memory in device mode, as are recvBuf, sendBase and recvBase */
   void* recvBuf;         /* allocation used as the receive buffer */
   void* expected;        /* host buffer holding the values a check expects */
   void* sendBase;        /* what was allocated for sendBuf (freed at the end) */
@@ -111,7 +125,8 @@ struct benchColl {
   double (*busFactor)(int nRanks);          /* busbw = algbw * factor */
   int algBytesTimesRanks;                   /* algbw bytes = paramCount * size * (this ? n : 1) */
   ncclResult_t (*run)(const void* send, void* recv, size_t count, ncclDataType_t type,
-                      ncclRedOp_t op, int root, ncclComm_t comm, int rank, int nRanks);
+                      ncclRedOp_t op, int root, ncclComm_t comm, int rank, int nRanks,
+                      cudaStream_t stream);
   /* Fills the send data of `rank` (sendCount elements at `send`) for one check. */
   void (*fillSend)(void* send, const struct benchCounts* c, int type, int op, int rank, int nRanks,
                    int root, uint64_t seed);

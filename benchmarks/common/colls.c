@@ -42,54 +42,54 @@ static double factorOne(int n) {
 
 /* ---- the NCCL calls */
 static ncclResult_t runAllReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                 int root, ncclComm_t comm, int rank, int nRanks) {
+                                 int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)root, (void)rank, (void)nRanks;
-  return ncclAllReduce(s, r, n, t, op, comm, NULL);
+  return ncclAllReduce(s, r, n, t, op, comm, st);
 }
 static ncclResult_t runAllGather(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                 int root, ncclComm_t comm, int rank, int nRanks) {
+                                 int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)op, (void)root, (void)rank, (void)nRanks;
-  return ncclAllGather(s, r, n, t, comm, NULL);
+  return ncclAllGather(s, r, n, t, comm, st);
 }
 static ncclResult_t runBroadcast(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                 int root, ncclComm_t comm, int rank, int nRanks) {
+                                 int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)op, (void)rank, (void)nRanks;
-  return ncclBroadcast(s, r, n, t, root, comm, NULL);
+  return ncclBroadcast(s, r, n, t, root, comm, st);
 }
 static ncclResult_t runReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                              int root, ncclComm_t comm, int rank, int nRanks) {
+                              int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)rank, (void)nRanks;
-  return ncclReduce(s, r, n, t, op, root, comm, NULL);
+  return ncclReduce(s, r, n, t, op, root, comm, st);
 }
 static ncclResult_t runReduceScatter(const void* s, void* r, size_t n, ncclDataType_t t,
                                      ncclRedOp_t op, int root, ncclComm_t comm, int rank,
-                                     int nRanks) {
+                                     int nRanks, cudaStream_t st) {
   (void)root, (void)rank, (void)nRanks;
-  return ncclReduceScatter(s, r, n, t, op, comm, NULL);
+  return ncclReduceScatter(s, r, n, t, op, comm, st);
 }
 static ncclResult_t runAlltoAll(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                int root, ncclComm_t comm, int rank, int nRanks) {
+                                int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)op, (void)root, (void)rank, (void)nRanks;
-  return ncclAlltoAll(s, r, n, t, comm, NULL);
+  return ncclAlltoAll(s, r, n, t, comm, st);
 }
 static ncclResult_t runGather(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                              int root, ncclComm_t comm, int rank, int nRanks) {
+                              int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)op, (void)rank, (void)nRanks;
-  return ncclGather(s, r, n, t, root, comm, NULL);
+  return ncclGather(s, r, n, t, root, comm, st);
 }
 static ncclResult_t runScatter(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                               int root, ncclComm_t comm, int rank, int nRanks) {
+                               int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)op, (void)rank, (void)nRanks;
-  return ncclScatter(s, r, n, t, root, comm, NULL);
+  return ncclScatter(s, r, n, t, root, comm, st);
 }
 /* Each rank sends to rank+1 and receives from rank-1 in one group. */
 static ncclResult_t runSendRecv(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
-                                int root, ncclComm_t comm, int rank, int nRanks) {
+                                int root, ncclComm_t comm, int rank, int nRanks, cudaStream_t st) {
   (void)op, (void)root;
   ncclResult_t g = ncclGroupStart();
   if (g != ncclSuccess) return g;
-  ncclResult_t res = ncclSend(s, n, t, (rank + 1) % nRanks, comm, NULL);
-  if (res == ncclSuccess) res = ncclRecv(r, n, t, (rank - 1 + nRanks) % nRanks, comm, NULL);
+  ncclResult_t res = ncclSend(s, n, t, (rank + 1) % nRanks, comm, st);
+  if (res == ncclSuccess) res = ncclRecv(r, n, t, (rank - 1 + nRanks) % nRanks, comm, st);
   g = ncclGroupEnd();
   return res != ncclSuccess ? res : g;
 }

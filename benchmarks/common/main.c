@@ -19,6 +19,8 @@ static void* watchdog(void* arg) {
       if (start == 0 || now - start < limit) continue;
       printf("%s: Test timeout (%ds) %s:%d\n", benchP.w.host, benchP.o.timeout, __FILE__, __LINE__);
       fflush(stdout);
+      atomic_store(&benchP.aborting, 1);  /* threads polling their streams stop using the comms */
+      if (benchP.devMode) usleep(200 * 1000);
       for (int i = 0; i < benchP.nLocal; i++) ncclCommAbort(benchP.ranks[i].comm);
       sleep(10);
       benchFatal("a call did not return 10 s after its communicator was aborted");

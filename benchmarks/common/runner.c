@@ -28,6 +28,12 @@ static void sync0(struct benchThread* t, double* v, int n, int op) {
 }
 static void barrier(struct benchThread* t) { sync0(t, NULL, 0, benchCtrlSum); }
 
+/* Device mode: until this thread's ranks have done what they queued; host mode: nothing to wait
+ * for (a call is complete when it returns). */
+static void waitRanks(struct benchThread* t) {
+  if (benchP.devMode) benchGpuWait(t->ranks, benchP.o.nGpus);
+}
+
 static void countsOf(const struct benchRank* r, const struct sizeCtx* s, struct benchCounts* c) {
   benchP.coll->counts(s->count, s->eltSize, r->nRanks, c);
 }
@@ -56,6 +62,7 @@ static void startColl(struct benchThread* t, const struct sizeCtx* s, int inplac
     char *send, *recv;
     countsOf(r, s, &c);
     callBuffers(r, s, &c, inplace, iter, &send, &recv);
+    if (benchP.devMode && g > 1) benchGpuSetDevice(r->cudaDev);
     ncclRedOp_t op = s->op < 0 ? ncclSum : (ncclRedOp_t)s->op;
     if (s->op == BENCH_OP_MULSUM) {
       uint64_t scalar = 0;
@@ -64,10 +71,12 @@ static void startColl(struct benchThread* t, const struct sizeCtx* s, int inplac
                                           ncclScalarHostImmediate, r->comm));
     }
     BENCH_NCCL(benchP.coll->run(send, recv, c.paramCount, (ncclDataType_t)s->type, op, s->root,
-                                r->comm, r->rank, r->nRanks));
+                                r->comm, r->rank, r->nRanks, r->stream));
     if (s->op == BENCH_OP_MULSUM) BENCH_NCCL(ncclRedOpDestroy(op, r->comm));
   }
   if (g > 1) BENCH_NCCL(ncclGroupEnd());
+  if (t->capturing) return;  /* -G: recorded into a graph, nothing runs yet */
+  if (benchP.o.blocking == 1 || benchP.o.blocking == 2) waitRanks(t);
   if (benchP.o.blocking == 1) barrier(t);
 }
 
@@ -75,36 +84,48 @@ static void markOp(struct benchThread* t, int busy) {
   atomic_store(&t->opStartNs, busy ? (long long)(benchNowSec() * 1e9) : 0);
 }
 
+/* Zeroes a rank's output and writes its inputs (through the staging buffer in device mode). */
+static void fillInputs(struct benchRank* r, const struct sizeCtx* s, int inplace, uint64_t seed) {
+  struct benchCounts c;
+  char *send, *recv;
+  countsOf(r, s, &c);
+  callBuffers(r, s, &c, 0, 0, &send, &recv);
+  if (benchP.devMode) benchGpuZero(r, recv, c.recvCount * s->eltSize);
+  else memset(recv, 0, c.recvCount * s->eltSize);
+  callBuffers(r, s, &c, inplace, 0, &send, &recv);
+  benchP.coll->fillSend(benchP.devMode ? r->stage : send, &c, s->type, s->op, r->rank, r->nRanks, s->root, seed);
+  if (benchP.devMode) benchGpuToDevice(r, send, r->stage, c.sendCount * s->eltSize);
+}
+
+/* The wrong elements of a rank's output (read back into the staging buffer in device mode). */
+static int64_t checkRank(struct benchRank* r, const struct sizeCtx* s, int inplace, uint64_t seed) {
+  const struct benchColl* coll = benchP.coll;
+  struct benchCounts c;
+  char *send, *recv;
+  countsOf(r, s, &c);
+  callBuffers(r, s, &c, inplace, 0, &send, &recv);
+  size_t n = coll->fillExpected(r->expected, &c, s->type, s->op, r->rank, r->nRanks, s->root, seed);
+  void* got = recv;
+  if (benchP.devMode) {
+    benchGpuToHost(r, r->stage, recv, n * s->eltSize);
+    got = r->stage;
+  }
+  if (benchP.plant && n > 0 && r->rank == (coll->rooted ? s->root : 0)) {
+    double e = benchLoad(s->type, r->expected, 0);
+    benchStore(s->type, got, 0, e == 119.0 ? 118.0 : 119.0);
+  }
+  return benchCompare(got, r->expected, n, s->type, s->op, r->nRanks);
+}
+
 /* Fills inputs, runs one call and counts the wrong elements of this thread's ranks. */
 static int64_t checkOnce(struct benchThread* t, const struct sizeCtx* s, int inplace, uint64_t seed) {
-  const struct benchColl* coll = benchP.coll;
-  for (int i = 0; i < benchP.o.nGpus; i++) {
-    struct benchRank* r = &t->ranks[i];
-    struct benchCounts c;
-    char *send, *recv;
-    countsOf(r, s, &c);
-    callBuffers(r, s, &c, 0, 0, &send, &recv);
-    memset(recv, 0, c.recvCount * s->eltSize);
-    callBuffers(r, s, &c, inplace, 0, &send, &recv);
-    coll->fillSend(send, &c, s->type, s->op, r->rank, r->nRanks, s->root, seed);
-  }
+  for (int i = 0; i < benchP.o.nGpus; i++) fillInputs(&t->ranks[i], s, inplace, seed);
   markOp(t, 1);
   startColl(t, s, inplace, 0);
+  waitRanks(t);
   markOp(t, 0);
   int64_t wrong = 0;
-  for (int i = 0; i < benchP.o.nGpus; i++) {
-    struct benchRank* r = &t->ranks[i];
-    struct benchCounts c;
-    char *send, *recv;
-    countsOf(r, s, &c);
-    callBuffers(r, s, &c, inplace, 0, &send, &recv);
-    size_t n = coll->fillExpected(r->expected, &c, s->type, s->op, r->rank, r->nRanks, s->root, seed);
-    if (benchP.plant && n > 0 && r->rank == (coll->rooted ? s->root : 0)) {
-      double e = benchLoad(s->type, r->expected, 0);
-      benchStore(s->type, recv, 0, e == 119.0 ? 118.0 : 119.0);
-    }
-    wrong += benchCompare(recv, r->expected, n, s->type, s->op, r->nRanks);
-  }
+  for (int i = 0; i < benchP.o.nGpus; i++) wrong += checkRank(&t->ranks[i], s, inplace, seed);
   return wrong;
 }
 
@@ -125,7 +146,10 @@ static int64_t checkAll(struct benchThread* t, const struct sizeCtx* s, int inpl
   return (int64_t)total;
 }
 
-static double timedLoop(struct benchThread* t, const struct sizeCtx* s, int inplace) {
+/* Seconds per operation of the timed loop; *cpuSec: the same up to the last call's return (-C).
+ * In device mode the calls are queued on the streams and the time runs until they are idle
+ * (-I and -z 3 wait after every iteration). */
+static double timedLoop(struct benchThread* t, const struct sizeCtx* s, int inplace, double* cpuSec) {
   const struct benchOpts* o = &benchP.o;
   double excluded = 0, start = benchNowSec();
   for (int iter = 0; iter < o->iters; iter++) {
@@ -134,6 +158,7 @@ static double timedLoop(struct benchThread* t, const struct sizeCtx* s, int inpl
     if (o->aggIters > 1) BENCH_NCCL(ncclGroupStart());
     for (int a = 0; a < o->aggIters; a++) startColl(t, s, inplace, iter * o->aggIters + a);
     if (o->aggIters > 1) BENCH_NCCL(ncclGroupEnd());
+    if (o->perIter || o->blocking == 3) waitRanks(t);
     markOp(t, 0);
     double it1 = benchNowSec();
     if (o->perIter) t->iterTimes[iter] = (it1 - it0) / o->aggIters;
@@ -142,7 +167,42 @@ static double timedLoop(struct benchThread* t, const struct sizeCtx* s, int inpl
       excluded += benchNowSec() - it1;
     }
   }
-  return (benchNowSec() - start - excluded) / ((double)o->iters * o->aggIters);
+  double launched = benchNowSec();
+  markOp(t, 1);
+  waitRanks(t);
+  markOp(t, 0);
+  double ops = (double)o->iters * o->aggIters;
+  *cpuSec = (launched - start - excluded) / ops;
+  return (benchNowSec() - start - excluded) / ops;
+}
+
+/* -G in device mode: the timed loop is captured once per rank stream (not timed), then the
+ * graphs are launched -G times back to back and timed until the streams are idle. */
+static double graphLoop(struct benchThread* t, const struct sizeCtx* s, int inplace, double* cpuSec) {
+  const struct benchOpts* o = &benchP.o;
+  int g = o->nGpus;
+  t->capturing = 1;
+  benchGpuCaptureBegin(t->ranks, g);
+  for (int iter = 0; iter < o->iters; iter++) {
+    if (o->aggIters > 1) BENCH_NCCL(ncclGroupStart());
+    for (int a = 0; a < o->aggIters; a++) startColl(t, s, inplace, iter * o->aggIters + a);
+    if (o->aggIters > 1) BENCH_NCCL(ncclGroupEnd());
+  }
+  benchGpuCaptureEnd(t->ranks, g);
+  t->capturing = 0;
+  barrier(t);
+  double start = benchNowSec();
+  markOp(t, 1);
+  for (int l = 0; l < o->graphLaunches; l++)
+    for (int i = 0; i < g; i++) benchGpuGraphLaunch(&t->ranks[i]);
+  double launched = benchNowSec();
+  waitRanks(t);
+  markOp(t, 0);
+  double sec = (benchNowSec() - start) / ((double)o->iters * o->aggIters * o->graphLaunches);
+  for (int i = 0; i < g; i++) benchGpuGraphFree(&t->ranks[i]);
+  for (int iter = 0; o->perIter && iter < o->iters; iter++) t->iterTimes[iter] = sec;
+  *cpuSec = (launched - start) / ((double)o->iters * o->aggIters * o->graphLaunches);
+  return sec;
 }
 
 /* nccl-tests' -a: 0 rank 0, 1 average, 2 min, 3 max over ranks. */
@@ -157,9 +217,13 @@ static void benchTime(struct benchThread* t, const struct sizeCtx* s, int inplac
   const struct benchOpts* o = &benchP.o;
   markOp(t, 1);
   startColl(t, s, inplace, 0);  /* one untimed call lines the ranks up */
+  waitRanks(t);
   markOp(t, 0);
   barrier(t);
-  double sec = combineTime(t, timedLoop(t, s, inplace));
+  double cpuSec = 0;
+  double sec = benchP.devMode && o->graphLaunches > 0 ? graphLoop(t, s, inplace, &cpuSec)
+                                                       : timedLoop(t, s, inplace, &cpuSec);
+  sec = combineTime(t, o->reportCputime ? cpuSec : sec);
   double stats[4] = {0, 0, 0, 0};
   if (o->perIter) {
     int n = o->iters - o->perIterSkip;
@@ -188,6 +252,7 @@ static void warmup(struct benchThread* t, struct sizeCtx* s, size_t bytes) {
   s->count = bytes / s->eltSize;
   markOp(t, 1);
   for (int iter = 0; iter < benchP.o.warmupIters; iter++) startColl(t, s, 0, iter);
+  waitRanks(t);
   markOp(t, 0);
 }
 
@@ -218,6 +283,7 @@ static void timeTest(struct benchThread* t, int type, int op) {
 void* benchRunThread(void* arg) {
   struct benchThread* t = arg;
   const struct benchOpts* o = &benchP.o;
+  if (benchP.devMode) benchGpuUse(t->ranks[0].cudaDev);  /* this thread's calls go to its GPU */
   for (int cycle = 0; o->runCycles == 0 || cycle < o->runCycles; cycle++) {
     for (int type = 0; type < BENCH_NUM_TYPES; type++) {
       if (o->type >= 0 && type != o->type) continue;

@@ -54,8 +54,15 @@ static void testArgs(void) {
             o.runCycles == 2 && o.unalign == 1 && o.perIter == 1,
         "long flags");
   check(parseLine(&o, "-o all -d all") == 0 && o.op == -1 && o.type == -1, "-o all -d all");
+  int memOk = parseLine(&o, "-M 1 -M device") == 0 && o.memReport == 1 && o.memMode == benchMemDevice;
+  memOk &= parseLine(&o, "--memory host") == 0 && o.memReport == 0 && o.memMode == benchMemHost;
+  const char* env = getenv("MEND_PERF_MEMORY");
+  memOk &= parseLine(&o, "-M 0") == 0 && o.memMode == (env && strcmp(env, "host") == 0     ? benchMemHost
+                                                       : env && strcmp(env, "device") == 0 ? benchMemDevice
+                                                                                           : benchMemAuto);
+  check(memOk, "-M takes 0/1 (memory line) and host/device (memory mode)");
   static const char* const bad[] = {"-b 1Q", "-n 0", "-b 2M -e 1M", "-d foo", "-o bar", "-t 0",
-                                    "-z 4", "-a 9", "-f 0", "extra", "-D 1", "-c x"};
+                                    "-z 4", "-a 9", "-f 0", "extra", "-D 1", "-c x", "-M gpu", "-M 2"};
   int rejected = 0;
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) rejected += parseLine(&o, bad[i]) == benchUsage;
   check(rejected == (int)(sizeof(bad) / sizeof(bad[0])), "bad command lines are rejected");

@@ -39,8 +39,10 @@ static void initRanks(struct benchRank* r, int n, ncclUniqueId id) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   if (benchP.o.ctaPolicy >= 0) config.CTAPolicy = benchP.o.ctaPolicy;
   BENCH_NCCL(ncclGroupStart());
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
+    if (benchP.devMode) benchGpuUse(r[i].cudaDev);  /* device mode: the rank's GPU is current */
     BENCH_NCCL(ncclCommInitRankConfig(&r[i].comm, benchP.nRanks, id, r[i].rank, &config));
+  }
   BENCH_NCCL(ncclGroupEnd());
 }
 
@@ -106,6 +108,7 @@ static void splitComms(void) {
     struct benchRank* r = &benchP.ranks[i];
     splitColor(r->rank, &r->color);
     benchP.parents[i] = r->comm;
+    if (benchP.devMode) benchGpuUse(r->cudaDev);
     BENCH_NCCL(ncclCommSplit(benchP.parents[i], r->color, r->rank, &r->comm, NULL));
   }
   BENCH_NCCL(ncclGroupEnd());
@@ -125,24 +128,30 @@ static size_t bufferBytes(void) {
   return best ? best : 64;
 }
 
-/* Host memory in host mode. Device memory (ncclMemAlloc on the rank's GPU, with copies for
- * filling and checking) is where a GPU build fills this in; until then a GPU rank is refused
- * in benchSetup rather than measured with the wrong memory. */
-static void* allocBuffer(int device, size_t bytes) {
+/* Host memory in host mode; in device mode GPU memory on the rank's device (through ncclMemAlloc
+ * with -R 2, whose symmetric windows want the library's memory) and a host staging buffer that
+ * inputs and results pass through. */
+static void* allocBuffer(const struct benchRank* r, size_t bytes) {
   void* p = NULL;
-  if (device >= 0) return NULL;
+  if (benchP.devMode) return benchGpuAlloc(r, bytes, benchP.o.localRegister == 2);
   if (posix_memalign(&p, 4096, bytes) != 0) return NULL;
   memset(p, 0, bytes);
   return p;
 }
 
+static void freeBuffer(const struct benchRank* r, void* p) {
+  if (benchP.devMode) benchGpuFree(r, p, benchP.o.localRegister == 2);
+  else free(p);
+}
+
 static void allocRank(struct benchRank* r, size_t bytes) {
   size_t extra = (size_t)benchP.o.unalign * 8;  /* -u shifts pointers by unalign x element size */
-  r->sendBase = allocBuffer(r->device, bytes + extra);
-  r->recvBase = allocBuffer(r->device, bytes + extra);
+  r->sendBase = allocBuffer(r, bytes + extra);
+  r->recvBase = allocBuffer(r, bytes + extra);
   r->expected = malloc(bytes);
-  if (!r->sendBase || !r->recvBase || !r->expected)
-    benchFatal("cannot allocate 3 x %zu bytes of buffers for rank %d", bytes, r->rank);
+  r->stage = benchP.devMode ? malloc(bytes) : NULL;
+  if (!r->sendBase || !r->recvBase || !r->expected || (benchP.devMode && !r->stage))
+    benchFatal("cannot allocate %d x %zu bytes of buffers for rank %d", benchP.devMode ? 4 : 3, bytes, r->rank);
   r->sendBuf = r->sendBase;
   r->recvBuf = r->recvBase;
   r->allocBytes = bytes;
@@ -175,36 +184,96 @@ static void cpuModel(char* out, size_t len) {
   fclose(f);
 }
 
-#define REPORT_LINE 256
+#define REPORT_LINE 384
+/* One "#  Rank" line, as nccl-tests prints it: "[domain:bus:device] GPU name" in device mode,
+ * "[host] CPU model (host memory)" in host mode. */
+static void rankLine(const struct benchRank* r, const char* model, char* out) {
+  char what[160];
+  if (benchP.devMode) benchGpuDescribe(r->cudaDev, what, sizeof(what));
+  else snprintf(what, sizeof(what), "[host] %s", model);
+  snprintf(out, REPORT_LINE, "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s\n", r->rank, r->color,
+           (int)getpid(), benchP.w.host, r->device, what);
+}
+
+/* Process 0's notes under the rank lines: -G in host mode, -M 1's memory line. */
+static void reportNotes(void) {
+  const struct benchOpts* o = &benchP.o;
+  size_t bytes = benchP.ranks[0].allocBytes;
+  if (o->graphLaunches > 0 && !benchP.devMode)
+    printf("# -G %d: CUDA graphs do not apply in host mode; ignored\n", o->graphLaunches);
+  if (o->graphLaunches > 0 && benchP.devMode && o->perIter)
+    printf("# -G %d with -I: per-iteration columns hold the average of the graph launches\n", o->graphLaunches);
+  if (!o->memReport) return;
+  if (!benchP.devMode) {
+    printf("# %-20s : send %zu B | recv %zu B | expected %zu B per rank\n", "Host memory usage", bytes, bytes,
+           bytes);
+    return;
+  }
+  size_t freeB = 0, totalB = 0;
+  benchGpuMemInfo(benchP.ranks[0].cudaDev, &freeB, &totalB);
+  printf("# %-20s : send %zu B | recv %zu B per rank | host expected + staging %zu B per rank | "
+         "GPU %d: %zu of %zu B free\n", "GPU memory usage", bytes, bytes, 2 * bytes, benchP.ranks[0].cudaDev,
+         freeB, totalB);
+}
+
 static void deviceReport(void) {
   char model[128];
   cpuModel(model, sizeof(model));
   char* mine = calloc((size_t)benchP.nLocal, REPORT_LINE);
   char* all = calloc((size_t)benchP.nLocal * (size_t)benchP.w.nProcs, REPORT_LINE);
   if (!mine || !all) benchFatal("out of memory");
-  for (int i = 0; i < benchP.nLocal; i++) {
-    struct benchRank* r = &benchP.ranks[i];
-    snprintf(mine + (size_t)i * REPORT_LINE, REPORT_LINE,
-             "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r->rank, r->color,
-             (int)getpid(), benchP.w.host, r->device, r->device < 0 ? "host" : "gpu", model);
-  }
+  for (int i = 0; i < benchP.nLocal; i++) rankLine(&benchP.ranks[i], model, mine + (size_t)i * REPORT_LINE);
   if (benchCtrlGather(mine, (size_t)benchP.nLocal * REPORT_LINE, all) != 0)
     benchFatal("could not gather the device report");
   if (benchP.w.proc == 0) {
+    printf("# Memory mode: %s (%s)\n", benchP.devMode ? "device" : "host", benchP.memWhy);
     printf("# Using devices\n");
     for (int i = 0; i < benchP.nLocal * benchP.w.nProcs; i++) printf("%s", all + (size_t)i * REPORT_LINE);
-    if (benchP.o.graphLaunches > 0) printf("# -G %d: CUDA graphs do not apply in host mode; ignored\n",
-                                           benchP.o.graphLaunches);
-    if (benchP.o.memReport) printf("# %-20s : send %zu B | recv %zu B | expected %zu B per rank\n",
-                                   "Host memory usage", benchP.ranks[0].allocBytes,
-                                   benchP.ranks[0].allocBytes, benchP.ranks[0].allocBytes);
+    reportNotes();
     fflush(stdout);
   }
   free(mine);
   free(all);
 }
 
+/* The memory mode of this process and each rank's GPU: with NCCL_TESTS_DEVICE=d the ranks of a
+ * process take GPUs d, d+1, ...; otherwise this host's local rank index, both modulo the GPUs
+ * found, so that several ranks share a GPU when there are fewer GPUs than ranks. Every process
+ * must run in the same mode. */
+static void chooseDevices(void) {
+  benchP.devMode = benchGpuDecide(benchP.o.memMode, &benchP.nDevs, benchP.memWhy, sizeof(benchP.memWhy));
+  double inDevMode = benchP.devMode;
+  if (benchCtrlAllreduce(&inDevMode, 1, benchCtrlSum) != 0) benchFatal("control plane failed at start-up");
+  if (inDevMode != 0 && inDevMode != benchP.w.nProcs)
+    benchFatal("%g of %d processes run in device mode, the others found no GPU: give every process "
+               "the same -M host|device", inDevMode, benchP.w.nProcs);
+  if (benchP.devMode && benchP.o.graphLaunches > 0 && benchP.o.streamNull)
+    benchFatal("-G %d needs a stream of each rank's own to capture: drop -y 1", benchP.o.graphLaunches);
+  const char* base = getenv("NCCL_TESTS_DEVICE");
+  int first = benchP.w.localRank * benchP.nLocal;
+  if (base && *base) {
+    char* end = NULL;
+    long v = strtol(base, &end, 10);
+    if (*end != '\0' || v < 0) benchFatal("Invalid NCCL_TESTS_DEVICE='%s': want a GPU index", base);
+    first = (int)v;
+  }
+  for (int i = 0; i < benchP.nLocal; i++)
+    benchP.ranks[i].cudaDev = benchP.devMode ? (first + i) % benchP.nDevs : -1;
+}
+
+/* What the library says about a rank's GPU must match the memory mode. */
+static void checkDevice(const struct benchRank* r) {
+  if (benchP.devMode && r->device != r->cudaDev)
+    benchFatal("rank %d: GPU %d was current at init, but the library's communicator %s; this library "
+               "does not run in device mode here (run with -M host, or MEND_PERF_MEMORY=host)", r->rank,
+               r->cudaDev, r->device < 0 ? "is in host mode (ncclCommCuDevice -1)" : "reports another GPU");
+  if (!benchP.devMode && r->device >= 0)
+    benchFatal("rank %d: host mode (%s), but the library runs the communicator on GPU %d and would "
+               "get host buffers", r->rank, benchP.memWhy, r->device);
+}
+
 int benchSetup(void) {
+  chooseDevices();
   initComms();
   splitComms();
   for (int i = 0; i < benchP.nLocal; i++) {
@@ -212,12 +281,10 @@ int benchSetup(void) {
     BENCH_NCCL(ncclCommCuDevice(r->comm, &r->device));
     BENCH_NCCL(ncclCommUserRank(r->comm, &r->rank));
     BENCH_NCCL(ncclCommCount(r->comm, &r->nRanks));
-    if (r->device >= 0)
-      benchFatal("rank %d runs on GPU %d, but these tools only fill and check host buffers so far "
-                 "(device buffers via ncclMemAlloc are not implemented in this build)", r->rank,
-                 r->device);
+    checkDevice(r);
     if (benchP.coll->rooted && benchP.o.root >= r->nRanks)
       benchFatal("Invalid root %d: the communicator has %d ranks", benchP.o.root, r->nRanks);
+    if (benchP.devMode) benchGpuRankInit(r, benchP.o.streamNull);
   }
   size_t bytes = bufferBytes();
   for (int i = 0; i < benchP.nLocal; i++) allocRank(&benchP.ranks[i], bytes);
@@ -228,6 +295,7 @@ int benchSetup(void) {
 void benchTeardown(void) {
   for (int i = 0; i < benchP.nLocal; i++) {
     struct benchRank* r = &benchP.ranks[i];
+    if (benchP.devMode) benchGpuUse(r->cudaDev);
     for (int k = 0; k < 2 && benchP.o.localRegister; k++) {
       if (!r->regHandle[k]) continue;
       if (benchP.o.localRegister == 1) BENCH_NCCL(ncclCommDeregister(r->comm, r->regHandle[k]));
@@ -235,8 +303,10 @@ void benchTeardown(void) {
     }
     BENCH_NCCL(ncclCommDestroy(r->comm));
     if (benchP.parents[i]) BENCH_NCCL(ncclCommDestroy(benchP.parents[i]));
-    free(r->sendBase);
-    free(r->recvBase);
+    freeBuffer(r, r->sendBase);
+    freeBuffer(r, r->recvBase);
     free(r->expected);
+    free(r->stage);
+    if (benchP.devMode) benchGpuRankFree(r);
   }
 }
