@@ -33,7 +33,8 @@ BENCH_COMMON := $(wildcard benchmarks/common/*.c)
 BENCH_COMMON_OBJ := $(BENCH_COMMON:%.c=$(BUILDDIR)/obj/%.o)
 # Shared by every perf tool: keep them (make would delete them as intermediates).
 .SECONDARY: $(BENCH_COMMON_OBJ)
-BENCH_C  := $(wildcard benchmarks/*.c)
+# d2d_bw (GPU copy bandwidth and launch latency) is built only with nvcc.
+BENCH_C  := $(filter-out $(if $(HAVE_NVCC),,benchmarks/d2d_bw.c),$(wildcard benchmarks/*.c))
 BENCH_PY := $(wildcard benchmarks/*_perf.py)
 BENCHES  := $(BENCH_C:benchmarks/%.c=$(BUILDDIR)/bin/%) $(BENCH_PY:benchmarks/%.py=$(BUILDDIR)/bin/%)
 # The testbed's modules, next to installed launchers (mend-run, failover_perf).
@@ -159,6 +160,15 @@ $(BUILDDIR)/bin/%: benchmarks/%.c $(BENCH_COMMON_OBJ) $(BENCH_FLAVOUR) $(SHARED)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/bench
 	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -Ibenchmarks/common -MF $(BUILDDIR)/obj/bench/$*.d $< $(BENCH_COMMON_OBJ) \
 	    -o $@ -L$(BUILDDIR)/lib -lnccl $(RUNPATH) $(BENCH_LIBS) $(LIBS)
+
+# d2d_bw: CUDA only (no NCCL), its empty kernel compiled by nvcc.
+$(BUILDDIR)/obj/benchmarks/%.cu.o: benchmarks/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_GENCODE) -O2 -c $< -o $@
+$(BUILDDIR)/bin/d2d_bw: benchmarks/d2d_bw.c $(BUILDDIR)/obj/benchmarks/d2d_kernel.cu.o $(BENCH_FLAVOUR)
+	@mkdir -p $(@D) $(BUILDDIR)/obj/bench
+	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -MF $(BUILDDIR)/obj/bench/d2d_bw.d $< \
+	    $(BUILDDIR)/obj/benchmarks/d2d_kernel.cu.o -o $@ $(BENCH_LIBS) -lstdc++ $(LIBS)
 
 include makefiles/tests.mk
 include makefiles/install.mk
