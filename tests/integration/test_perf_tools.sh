@@ -4,6 +4,8 @@
 #  - output format and bus-bandwidth factor of every tool, threads in one process (-t 2)
 #  - -c 1 reports 0 wrong for every type and op; a planted wrong result is caught (#wrong > 0,
 #    FAILED footer, non-zero exit)
+#  - the memory mode: -M host, MEND_PERF_MEMORY=host, -M device (runs on a GPU or is refused
+#    with a message), a bad -M value
 #  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
 #    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
 #  - failover_perf: --selftest (parsing, summary) and a short loop on a 2x2 testbed (root only)
@@ -91,6 +93,27 @@ done
 # 5. Bad command lines: exit 2 with a message, before any communicator exists.
 run bad_args "$B/bin/all_reduce_perf" -b 2M -e 1M
 if [ "$rc" -eq 2 ] && grep -q "minbytes" "$TMP/bad_args.out"; then ok bad_args; else notok bad_args "$TMP/bad_args.out"; fi
+
+# 5b. Memory mode (-M host|device, MEND_PERF_MEMORY; the other tests run in the default mode: device
+#     with a GPU in a CUDA build, else host). The header names the mode; -M host always runs on host
+#     buffers; -M device runs on a GPU or stops with a message (no GPU, no CUDA in the build, or a
+#     library that does not run communicators in device mode).
+run mem_host "$B/bin/all_reduce_perf" -b 8 -e 1K -f 4 -t 2 -c 1 -M host -M 1
+if [ "$rc" -eq 0 ] && grep -q "^# Memory mode: host (" "$TMP/mem_host.out" && grep -q "^# Host memory usage" "$TMP/mem_host.out" &&
+   $CHECK --coll all_reduce --nranks 2 "$TMP/mem_host.out" > "$TMP/mem_host.chk" 2>&1; then ok mem_host
+else cat "$TMP/mem_host.out" >> "$TMP/mem_host.chk"; notok mem_host "$TMP/mem_host.chk"; fi
+MEND_PERF_MEMORY=host run mem_env "$B/bin/all_gather_perf" -b 8 -e 1K -f 4 -t 2 -c 1
+if [ "$rc" -eq 0 ] && grep -q "^# Memory mode: host (-M host or MEND_PERF_MEMORY=host)" "$TMP/mem_env.out" &&
+   ! grep -q "device *[0-9]* \[[0-9a-f]*:" "$TMP/mem_env.out"; then ok mem_env
+else notok mem_env "$TMP/mem_env.out"; fi
+run mem_device "$B/bin/all_reduce_perf" -b 8 -e 1K -f 4 -c 1 -M device
+if [ "$rc" -eq 0 ] && grep -q "^# Memory mode: device (" "$TMP/mem_device.out" &&
+   $CHECK --coll all_reduce --nranks 1 "$TMP/mem_device.out" > /dev/null 2>&1; then ok mem_device "on a GPU"
+elif [ "$rc" -eq 1 ] && grep -qE "no usable GPU|built without CUDA|does not run in device mode" "$TMP/mem_device.out"; then
+  ok mem_device "refused here: $(grep -oE 'no usable GPU|built without CUDA|does not run in device mode' "$TMP/mem_device.out" | head -1)"
+else notok mem_device "$TMP/mem_device.out"; fi
+run mem_bad "$B/bin/all_reduce_perf" -M gpu
+if [ "$rc" -eq 2 ] && grep -q "Invalid value 'gpu' for -M" "$TMP/mem_bad.out"; then ok mem_bad; else notok mem_bad "$TMP/mem_bad.out"; fi
 
 # 6. Launchers: ranks per thread, env launch via mend-run (2 and 4 ranks), MPI, testbed.
 run launch_gpus_per_thread "$B/bin/all_reduce_perf" -b 8 -e 64K -f 8 -t 1 -g 2
