@@ -23,6 +23,7 @@
 #include "misc/utils.h"
 
 #define MAX_DEVICES 64
+#define BLOCK_BYTES 65536 /* one pooled descriptor buffer (about 60 works) */
 
 /* The kernel image, written by the build (gen/device/kernel_fatbin.c); size 0 without nvcc. */
 extern const unsigned char mendKernelFatbin[];
@@ -33,6 +34,7 @@ struct launchBuf {
   char* host;             /* the buffer (its device address is the same, UVA) */
   size_t cap;             /* bytes */
   CUevent done;           /* recorded after the launch (not under capture) */
+  int inArena;            /* carved from the communicator's arena (freed with it) */
   void** scratch;         /* device temporaries the launch uses (in-place AlltoAll), freed with it */
   int nScratch;           /* how many */
   struct launchBuf* next; /* list link */
@@ -47,6 +49,8 @@ struct mendCudaComm {
   struct launchBuf* pool; /* done, reusable */
   void** scratch;         /* temporaries of the plan being built, handed to its launch */
   int nScratch;           /* how many */
+  char* arena;            /* pinned memory of the pre-made buffers (CUDA refuses allocations while a
+                             stream captures, so a graph's launches take these) */
 };
 
 static pthread_mutex_t moduleLock = PTHREAD_MUTEX_INITIALIZER;
@@ -94,6 +98,24 @@ static int threadsPerCta(void) {
   return (int)t;
 }
 
+/* The pre-made buffers: MEND_GRAPH_LAUNCHES blocks of BLOCK_BYTES in one pinned allocation. */
+static ncclResult_t makeArena(struct mendCudaComm* cc) {
+  int64_t n = mendParamGraphLaunches();
+  if (n < 1) n = 1;
+  MENDCHECK(mendCuHostAlloc((size_t)n * BLOCK_BYTES, (void**)&cc->arena));
+  for (int64_t i = 0; i < n; i++) {
+    struct launchBuf* b;
+    MENDCHECK(MENDCALLOC(b, 1));
+    b->host = cc->arena + (size_t)i * BLOCK_BYTES;
+    b->cap = BLOCK_BYTES;
+    b->inArena = 1;
+    CUCHECK(cuEventCreate(&b->done, MEND_CU_EVENT_DISABLE_TIMING));
+    b->next = cc->pool;
+    cc->pool = b;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
   struct mendCudaComm* cc;
   MENDCHECK(mendCuEnter(comm->cuCtx));
@@ -102,6 +124,7 @@ ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
   comm->cuda = cc;
   cc->nThreads = threadsPerCta();
   MENDCHECK(loadKernel(comm->cudaDev, &cc->fn));
+  MENDCHECK(makeArena(cc));
   void* st = NULL;
   MENDCHECK(mendCuHostAlloc(sizeof(struct mendDevState), &st));
   comm->devState = st;
@@ -149,12 +172,17 @@ ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void** ptr) {
   return ncclSuccess;
 }
 
-static ncclResult_t getBuf(struct mendCudaComm* cc, size_t bytes, struct launchBuf** out) {
+static ncclResult_t getBuf(struct mendCudaComm* cc, size_t bytes, int capture, struct launchBuf** out) {
   for (struct launchBuf** p = &cc->pool; *p; p = &(*p)->next) {
     if ((*p)->cap < bytes) continue;
     *out = *p;
     *p = (*p)->next;
     return ncclSuccess;
+  }
+  if (capture) {
+    WARN("CUDA graph capture: no launch buffer of %zu bytes left (%lld made at init, %d KiB each, are held by "
+         "captured graphs); raise MEND_GRAPH_LAUNCHES", bytes, (long long)mendParamGraphLaunches(), BLOCK_BYTES >> 10);
+    return ncclInvalidUsage;
   }
   struct launchBuf* b;
   MENDCHECK(MENDCALLOC(b, 1));
@@ -176,10 +204,25 @@ static void freeBufs(struct launchBuf* b) {
     struct launchBuf* next = b->next;
     if (b->done) mendCu.cuEventDestroy(b->done);
     freeScratch(b->scratch, b->nScratch);
-    mendCuHostFree(b->host);
+    if (!b->inArena) mendCuHostFree(b->host);
     free(b);
     b = next;
   }
+}
+
+/* Lanes per CTA.  Every CTA of every rank on a GPU must be resident at once (they wait on each
+ * other), so a rank keeps to comm->nChannels CTAs (its share of the GPU, graph/channels.c): more
+ * lanes than that share CTAs, each with a group of warps, up to MEND_KERNEL_MAX_GROUPS per CTA. */
+static uint32_t lanesPerCta(struct ncclComm* comm, uint32_t nLanes, int nThreads) {
+  uint32_t budget = comm->nChannels > 0 ? (uint32_t)comm->nChannels : 1;
+  uint32_t per = (nLanes + budget - 1) / budget, most = (uint32_t)nThreads / 32;
+  if (most > MEND_KERNEL_MAX_GROUPS) most = MEND_KERNEL_MAX_GROUPS;
+  if (per > most) {
+    INFO_SPARSE(NCCL_COLL, 10000, "Rank %d: %u lanes in one launch exceed %u CTAs x %u lanes; the CTAs must all be "
+                "resident at once", comm->rank, nLanes, budget, most);
+    per = most;
+  }
+  return per < 1 ? 1 : per;
 }
 
 /* Launch one communicator's works on its stream. */
@@ -194,15 +237,17 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   CUCHECK(cuStreamIsCapturing(stream, &capture));
   pthread_mutex_lock(&cc->lock);
   struct launchBuf* b = NULL;
-  reclaim(cc);
-  MENDCHECKGOTO(getBuf(cc, mendLaunchBytes(bt->works, bt->nWorks), &b), res, unlock);
+  if (!capture) reclaim(cc); /* event queries are not allowed while a stream captures */
+  MENDCHECKGOTO(getBuf(cc, mendLaunchBytes(bt->works, bt->nWorks), capture, &b), res, unlock);
   struct mendDevLaunch launch;
   MENDCHECKGOTO(mendLaunchBuild(bt->works, bt->nWorks, 1, b->host, (uintptr_t)b->host, &launch), res, fail_buf);
   launch.state = comm->devState;
   launch.abortSpins = (uint32_t)mendParamKernelAbortPollSpins();
   launch.rank = comm->rank;
+  launch.lanesPerCta = lanesPerCta(comm, launch.nLanes, cc->nThreads);
+  unsigned grid = (launch.nLanes + launch.lanesPerCta - 1) / launch.lanesPerCta;
   void* params[] = {&launch};
-  MENDCHECKGOTO(mendCuCheck(mendCu.cuLaunchKernel(cc->fn, launch.nLanes, 1, 1, (unsigned)cc->nThreads, 1, 1, 0, stream,
+  MENDCHECKGOTO(mendCuCheck(mendCu.cuLaunchKernel(cc->fn, grid, 1, 1, (unsigned)cc->nThreads, 1, 1, 0, stream,
                                                   params, NULL), "cuLaunchKernel", __FILE__, __LINE__), res, fail_buf);
   b->scratch = cc->scratch; /* the plan's temporaries live as long as the launch */
   b->nScratch = cc->nScratch;
@@ -216,8 +261,8 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
     b->next = cc->live; /* on failure too: the kernel was launched and may still read it */
     cc->live = b;
   }
-  TRACE(NCCL_COLL, "Rank %d: launched %u CTAs x %d threads (%d works) on stream %p%s", comm->rank, launch.nLanes,
-        cc->nThreads, bt->nWorks, (void*)stream, capture ? " (captured)" : "");
+  TRACE(NCCL_COLL, "Rank %d: launched %u lanes on %u CTAs x %d threads (%d works) on stream %p%s", comm->rank,
+        launch.nLanes, grid, cc->nThreads, bt->nWorks, (void*)stream, capture ? " (captured)" : "");
   goto unlock;
 fail_buf:
   b->next = cc->pool;
@@ -269,6 +314,7 @@ static void cudaRelease(struct ncclComm* comm) {
     freeBufs(cc->pool);
     freeBufs(cc->kept);
     freeScratch(cc->scratch, cc->nScratch);
+    if (!running) mendCuHostFree(cc->arena); /* else a kernel that did not stop may still read it */
     /* Live buffers remain only when a kernel did not stop: leaking them is safer than freeing them. */
     if (cc->live) WARN("Rank %d: leaving %s kernel's launch memory allocated", comm->rank, "a running");
     pthread_mutex_destroy(&cc->lock);

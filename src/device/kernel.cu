@@ -3,8 +3,9 @@
  * program walker (walk.h).  Per step, thread 0 waits for the input slot to be full and the output
  * slot to be free (polling the FIFO counters with system-scope acquires, looking at the abort and
  * error flags every `abortSpins` polls), the CTA moves and reduces the data with every thread
- * (16-byte packs where the pointers allow, the element arithmetic of dtypes.h), every thread
- * fences, and thread 0 posts the slot (bytes, then tail with a release; head likewise).
+ * (16-byte packs where the pointers allow, the element arithmetic of dtypes.h), the CTA meets at
+ * a barrier, and thread 0 fences at system scope and posts the slot (bytes, then tail with a
+ * release; head likewise).
  *
  * The same source is compiled twice: by nvcc into the fatbin that the library embeds, and by the
  * host C++ compiler against kernel_sync.h's shim as the kernel-cpu executor that the test suite
@@ -92,25 +93,47 @@ KDEV typename O::T kUnary(typename O::T a, const KArgs& k) {
   return a;
 }
 
-/* d0[i] (and d1[i]) = RED ? combine(a[i], b[i]) : unary(a[i]), for n elements, all threads. */
+/* Packs in flight per thread: enough independent loads to cover memory latency. */
+#define KUNROLL 2
+#if defined(__CUDACC__)
+#define KPRAGMA_UNROLL _Pragma("unroll")
+#else
+#define KPRAGMA_UNROLL
+#endif
+
+/* d0[i] (and d1[i]) = RED ? combine(a[i], b[i]) : unary(a[i]), for n elements, all threads; 16-byte
+ * packs, KUNROLL of them loaded before any is used, where every pointer is 16-byte aligned. */
 template <class O, int KIND, int RED>
-KDEV void kLoop(char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
+KDEV void kLoop(const KGrp& g, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
   typedef typename O::T T;
   const uint32_t V = 16 / sizeof(T);
   uint64_t nv = 0;
   if ((((uintptr_t)d0 | (uintptr_t)d1 | (uintptr_t)a | (uintptr_t)b) & 15) == 0) nv = n / V;
-  for (uint64_t i = KTID; i < nv; i += KNTHREADS) {
-    KPack pa = kLoadPack(a + i * 16), pb = pa, pr;
-    if (RED) pb = kLoadPack(b + i * 16);
-    T ta[16 / sizeof(T)], tb[16 / sizeof(T)], tr[16 / sizeof(T)];
-    memcpy(ta, &pa, 16);
-    memcpy(tb, &pb, 16);
-    for (uint32_t j = 0; j < V; j++) tr[j] = RED ? kCombine<O, KIND>(ta[j], tb[j], k) : kUnary<O, KIND>(ta[j], k);
-    memcpy(&pr, tr, 16);
-    if (d0) kStorePack(d0 + i * 16, pr);
-    if (d1) kStorePack(d1 + i * 16, pr);
+  const uint64_t stride = (uint64_t)g.n;
+  for (uint64_t base = g.tid; base < nv; base += stride * KUNROLL) {
+    KPack pa[KUNROLL], pb[KUNROLL];
+    KPRAGMA_UNROLL
+    for (int u = 0; u < KUNROLL; u++) {
+      uint64_t i = base + u * stride;
+      if (i < nv) pa[u] = kLoadPack(a + i * 16);
+      if (RED && i < nv) pb[u] = kLoadPack(b + i * 16);
+    }
+    KPRAGMA_UNROLL
+    for (int u = 0; u < KUNROLL; u++) {
+      uint64_t i = base + u * stride;
+      if (i < nv) {
+        union { KPack p; T t[16 / sizeof(T)]; } xa, xb, xr;
+        xa.p = pa[u];
+        if (RED) xb.p = pb[u];
+        KPRAGMA_UNROLL
+        for (uint32_t j = 0; j < V; j++)
+          xr.t[j] = RED ? kCombine<O, KIND>(xa.t[j], xb.t[j], k) : kUnary<O, KIND>(xa.t[j], k);
+        if (d0) kStorePack(d0 + i * 16, xr.p);
+        if (d1) kStorePack(d1 + i * 16, xr.p);
+      }
+    }
   }
-  for (uint64_t i = nv * V + KTID; i < n; i += KNTHREADS) {
+  for (uint64_t i = nv * V + g.tid; i < n; i += g.n) {
     T x = kLoad((const T*)a + i);
     T r = RED ? kCombine<O, KIND>(x, kLoad((const T*)b + i), k) : kUnary<O, KIND>(x, k);
     if (d0) ((T*)d0)[i] = r;
@@ -119,45 +142,53 @@ KDEV void kLoop(char* d0, char* d1, const char* a, const char* b, uint64_t n, co
 }
 
 template <class O, int RED>
-KDEV void kByKind(int kind, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
+KDEV void kByKind(const KGrp& g, int kind, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
   switch (kind) {
-    case MEND_RED_SUM: kLoop<O, MEND_RED_SUM, RED>(d0, d1, a, b, n, k); break;
-    case MEND_RED_PROD: kLoop<O, MEND_RED_PROD, RED>(d0, d1, a, b, n, k); break;
-    case MEND_RED_MAX: kLoop<O, MEND_RED_MAX, RED>(d0, d1, a, b, n, k); break;
-    case MEND_RED_MIN: kLoop<O, MEND_RED_MIN, RED>(d0, d1, a, b, n, k); break;
-    case MEND_RED_PREMULSUM: kLoop<O, MEND_RED_PREMULSUM, RED>(d0, d1, a, b, n, k); break;
-    default: kLoop<O, MEND_RED_SUM_POSTDIV, RED>(d0, d1, a, b, n, k); break;
+    case MEND_RED_SUM: kLoop<O, MEND_RED_SUM, RED>(g, d0, d1, a, b, n, k); break;
+    case MEND_RED_PROD: kLoop<O, MEND_RED_PROD, RED>(g, d0, d1, a, b, n, k); break;
+    case MEND_RED_MAX: kLoop<O, MEND_RED_MAX, RED>(g, d0, d1, a, b, n, k); break;
+    case MEND_RED_MIN: kLoop<O, MEND_RED_MIN, RED>(g, d0, d1, a, b, n, k); break;
+    case MEND_RED_PREMULSUM: kLoop<O, MEND_RED_PREMULSUM, RED>(g, d0, d1, a, b, n, k); break;
+    default: kLoop<O, MEND_RED_SUM_POSTDIV, RED>(g, d0, d1, a, b, n, k); break;
   }
 }
 
 template <int RED>
-KDEV void kTyped(int type, int kind, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
+KDEV void kTyped(const KGrp& g, int type, int kind, char* d0, char* d1, const char* a, const char* b, uint64_t n, const KArgs& k) {
   switch (type) {
-    case ncclInt8: kByKind<KOpsI8, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclUint8: kByKind<KOpsU8, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclInt32: kByKind<KOpsI32, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclUint32: kByKind<KOpsU32, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclInt64: kByKind<KOpsI64, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclUint64: kByKind<KOpsU64, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclFloat16: kByKind<KOpsF16, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclFloat32: kByKind<KOpsF32, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclFloat64: kByKind<KOpsF64, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclBfloat16: kByKind<KOpsBf16, RED>(kind, d0, d1, a, b, n, k); break;
-    case ncclFloat8e4m3: kByKind<KOpsE4m3, RED>(kind, d0, d1, a, b, n, k); break;
-    default: kByKind<KOpsE5m2, RED>(kind, d0, d1, a, b, n, k); break;
+    case ncclInt8: kByKind<KOpsI8, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclUint8: kByKind<KOpsU8, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclInt32: kByKind<KOpsI32, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclUint32: kByKind<KOpsU32, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclInt64: kByKind<KOpsI64, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclUint64: kByKind<KOpsU64, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclFloat16: kByKind<KOpsF16, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclFloat32: kByKind<KOpsF32, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclFloat64: kByKind<KOpsF64, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclBfloat16: kByKind<KOpsBf16, RED>(g, kind, d0, d1, a, b, n, k); break;
+    case ncclFloat8e4m3: kByKind<KOpsE4m3, RED>(g, kind, d0, d1, a, b, n, k); break;
+    default: kByKind<KOpsE5m2, RED>(g, kind, d0, d1, a, b, n, k); break;
   }
 }
 
 /* Plain byte copy to one or two destinations (no element function applies). */
-KDEV void kCopyBytes(char* d0, char* d1, const char* a, uint64_t bytes) {
+KDEV void kCopyBytes(const KGrp& g, char* d0, char* d1, const char* a, uint64_t bytes) {
   uint64_t nv = 0;
   if ((((uintptr_t)d0 | (uintptr_t)d1 | (uintptr_t)a) & 15) == 0) nv = bytes / 16;
-  for (uint64_t i = KTID; i < nv; i += KNTHREADS) {
-    KPack p = kLoadPack(a + i * 16);
-    if (d0) kStorePack(d0 + i * 16, p);
-    if (d1) kStorePack(d1 + i * 16, p);
+  const uint64_t stride = (uint64_t)g.n;
+  for (uint64_t base = g.tid; base < nv; base += stride * KUNROLL) {
+    KPack p[KUNROLL];
+    KPRAGMA_UNROLL
+    for (int u = 0; u < KUNROLL; u++)
+      if (base + u * stride < nv) p[u] = kLoadPack(a + (base + u * stride) * 16);
+    KPRAGMA_UNROLL
+    for (int u = 0; u < KUNROLL; u++) {
+      uint64_t i = base + u * stride;
+      if (i < nv && d0) kStorePack(d0 + i * 16, p[u]);
+      if (i < nv && d1) kStorePack(d1 + i * 16, p[u]);
+    }
   }
-  for (uint64_t i = nv * 16 + KTID; i < bytes; i += KNTHREADS) {
+  for (uint64_t i = nv * 16 + g.tid; i < bytes; i += g.n) {
     char c = kLoad(a + i);
     if (d0) d0[i] = c;
     if (d1) d1[i] = c;
@@ -168,7 +199,7 @@ KDEV void kCopyBytes(char* d0, char* d1, const char* a, uint64_t bytes) {
 
 /* The data movement of a step whose slots are ready (the host engine's moveData, fused: a result
  * goes to dst and to the output slot in one pass). */
-KDEV void kMove(const KShared* sh, const struct mendWalk* wk, const struct mendProgStep* s, int seg, uint64_t n) {
+KDEV void kMove(const KGrp& g, const KShared* sh, const struct mendWalk* wk, const struct mendProgStep* s, int seg, uint64_t n) {
   const struct mendDevWork* w = &sh->w;
   const struct mendProgram* p = (const struct mendProgram*)sh->prog;
   const int32_t* segMap = p->nSegMap ? w->prog->segMap : NULL;
@@ -179,15 +210,15 @@ KDEV void kMove(const KShared* sh, const struct mendWalk* wk, const struct mendP
   const struct mendRedOp* op = &w->args.redop;
   KArgs k = {sh->scalar, (uint32_t)op->nRanks, (s->flags & MEND_STEP_PREOP) != 0, (s->flags & MEND_STEP_POSTOP) != 0};
   if (s->op & MEND_STEP_REDUCE) {
-    kTyped<1>(op->type, op->kind, dst ? dst : out, dst ? out : NULL, src, in, n, k);
+    kTyped<1>(g, op->type, op->kind, dst ? dst : out, dst ? out : NULL, src, in, n, k);
     return;
   }
   const char* from = in ? in : src;
   int fn = (op->kind == MEND_RED_PREMULSUM && k.pre) || (op->kind == MEND_RED_SUM_POSTDIV && k.post);
   char* d0 = (dst && (dst != from || fn)) ? dst : NULL;
   if (!d0 && !out) return;
-  if (fn) kTyped<0>(op->type, op->kind, d0, out, from, NULL, n, k);
-  else kCopyBytes(d0, out, from, n * w->args.typeSize);
+  if (fn) kTyped<0>(g, op->type, op->kind, d0, out, from, NULL, n, k);
+  else kCopyBytes(g, d0, out, from, n * w->args.typeSize);
 }
 
 /* First error of the communicator wins; the others only stop. */
@@ -261,15 +292,15 @@ KDEV void kPost(KShared* sh, const struct mendProgStep* s, uint64_t bytes) {
 /* ---- a work, a lane ---- */
 
 /* Load work `wi` into shared memory (every thread), then thread 0 reads the connectors' counters. */
-KDEV void kLoadWork(const struct mendDevLaunch* L, KShared* sh, uint32_t wi) {
+KDEV void kLoadWork(const KGrp& g, const struct mendDevLaunch* L, KShared* sh, uint32_t wi) {
   const uint64_t* from = (const uint64_t*)(L->works + wi);
   uint64_t* to = (uint64_t*)&sh->w;
-  for (uint32_t i = KTID; i < sizeof(struct mendDevWork) / 8; i += KNTHREADS) to[i] = from[i];
-  KSYNC();
+  for (uint32_t i = g.tid; i < sizeof(struct mendDevWork) / 8; i += g.n) to[i] = from[i];
+  kSync(g);
   const uint64_t* prog = (const uint64_t*)sh->w.prog;
-  for (uint32_t i = KTID; i < sizeof(sh->prog) / 8; i += KNTHREADS) sh->prog[i] = prog[i];
-  KSYNC();
-  if (KTID == 0) {
+  for (uint32_t i = g.tid; i < sizeof(sh->prog) / 8; i += g.n) sh->prog[i] = prog[i];
+  kSync(g);
+  if (g.tid == 0) {
     const struct mendProgram* p = (const struct mendProgram*)sh->prog;
     for (int i = 0; i < p->nPeers; i++) {
       const struct mendDevConn* c = sh->w.conns + i;
@@ -286,12 +317,12 @@ KDEV void kLoadWork(const struct mendDevLaunch* L, KShared* sh, uint32_t wi) {
     }
     sh->stop = 0;
   }
-  KSYNC();
+  kSync(g);
 }
 
-KDEV void kRunLane(const struct mendDevLaunch* L, uint32_t lane, KShared* sh) {
+KDEV void kRunLane(const KGrp& g, const struct mendDevLaunch* L, uint32_t lane, KShared* sh) {
   for (uint32_t wi = L->laneStart[lane]; wi < L->laneStart[lane + 1]; wi++) {
-    kLoadWork(L, sh, wi);
+    kLoadWork(g, L, sh, wi);
     const struct mendProgram* p = (const struct mendProgram*)sh->prog;
     struct mendWalk wk;
     mendWalkBegin(&wk, p, &sh->w.args);
@@ -301,25 +332,31 @@ KDEV void kRunLane(const struct mendDevLaunch* L, uint32_t lane, KShared* sh) {
       uint64_t n = mendWalkSegLen(&wk, p, &sh->w.args, seg);
       if (n) {
         uint64_t bytes = n * sh->w.args.typeSize;
-        if (KTID == 0) kWaitSlots(L, sh, s, bytes, lane, wi);
-        KSYNC();
+        if (g.tid == 0) kWaitSlots(L, sh, s, bytes, lane, wi);
+        kSync(g);
         if (sh->stop) return;
-        kMove(sh, &wk, s, seg, n);
-        kFenceSys();
-        KSYNC();
-        if (KTID == 0) kPost(sh, s, bytes);
+        kMove(g, sh, &wk, s, seg, n);
+        kSync(g); /* every thread's writes are ordered before thread 0's fence (cumulative) */
+        if (g.tid == 0) {
+          kFenceSys();
+          kPost(sh, s, bytes);
+        }
       }
       mendWalkAdvance(&wk, p, &sh->w.args);
     }
-    KSYNC(); /* thread 0's last post is done before the next work overwrites shared memory */
+    kSync(g); /* thread 0's last post is done before the next work overwrites shared memory */
   }
 }
 
 #if defined(__CUDACC__)
 
-extern "C" __global__ void __launch_bounds__(MEND_KERNEL_MAX_THREADS) mendKernel(struct mendDevLaunch launch) {
-  __shared__ KShared sh;
-  kRunLane(&launch, blockIdx.x, &sh);
+extern "C" __global__ void __launch_bounds__(MEND_KERNEL_MAX_THREADS, 1) mendKernel(struct mendDevLaunch launch) {
+  __shared__ KShared sh[MEND_KERNEL_MAX_GROUPS];
+  uint32_t per = launch.lanesPerCta ? launch.lanesPerCta : 1, n = blockDim.x / per / 32 * 32;
+  uint32_t grp = threadIdx.x / n, lane = blockIdx.x * per + grp;
+  if (grp >= per || lane >= launch.nLanes) return; /* spare warps: no barrier names them */
+  KGrp g = {threadIdx.x % n, n, grp + 1};
+  kRunLane(g, &launch, lane, sh + grp);
 }
 
 #else /* ---- the kernel-cpu executor ---- */
@@ -345,7 +382,8 @@ static void* kCpuMain(void* arg) {
   int32_t gate;
   while ((gate = kLoadVol32(&t->cta->gate)) == 0) sched_yield();
   if (gate < 0) return NULL; /* a sibling thread could not be started: the CTA cannot run */
-  kRunLane(t->launch, t->lane, (KShared*)t->cta->shared);
+  KGrp g = {t->tid, t->cta->nThreads, 0};
+  kRunLane(g, t->launch, t->lane, (KShared*)t->cta->shared);
   return NULL;
 }
 

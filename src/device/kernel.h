@@ -23,6 +23,7 @@ extern "C" {
 
 #define MEND_KERNEL_NAME "mendKernel"
 #define MEND_KERNEL_MAX_THREADS 512   /* threads per CTA at most (NCCL_NTHREADS) */
+#define MEND_KERNEL_MAX_GROUPS 8      /* lanes one CTA runs side by side at most (named barriers 1..8) */
 
 /* One connector as the kernel addresses it. */
 struct mendDevConn {
@@ -62,7 +63,9 @@ struct mendDevLaunch {
   uint32_t nLanes;                 /* CTAs of the launch */
   uint32_t abortSpins;             /* FIFO polls between two looks at abortFlag/error */
   int32_t rank;                    /* this rank (error reports) */
-  int32_t pad;
+  uint32_t lanesPerCta;            /* lanes a CTA runs side by side, each with blockDim / lanesPerCta
+                                      threads (rounded down to warps); 1 normally, more when the lanes
+                                      outnumber the CTAs this rank may keep resident */
 };
 
 /* The kernel source built for the CPU (kernel.cu without nvcc): run every lane of `n` launches

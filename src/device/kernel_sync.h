@@ -17,9 +17,15 @@
 #if defined(__CUDACC__)
 
 #define KDEV static __device__ __forceinline__
-#define KTID ((uint32_t)threadIdx.x)
-#define KNTHREADS ((uint32_t)blockDim.x)
-#define KSYNC() __syncthreads()
+
+/* The threads that run one lane: a CTA runs one lane with all its threads, or several lanes side
+ * by side, each with a group of warps and its own named barrier (ids 1..15; 0 is __syncthreads). */
+struct KGrp {
+  uint32_t tid; /* thread index in the group */
+  uint32_t n;   /* threads in the group (a multiple of 32) */
+  uint32_t bar; /* named barrier id */
+};
+KDEV void kSync(const KGrp& g) { asm volatile("bar.sync %0, %1;" ::"r"(g.bar), "r"(g.n) : "memory"); }
 
 KDEV uint64_t kLoadAcq(const uint64_t* p) {
   uint64_t v;
@@ -65,8 +71,12 @@ struct kCta {
 extern __thread uint32_t kTidTls;
 extern __thread struct kCta* kCtaTls;
 
-#define KTID kTidTls
-#define KNTHREADS (kCtaTls->nThreads)
+/* The threads that run one lane (on the CPU: one lane per CTA). */
+struct KGrp {
+  uint32_t tid; /* thread index in the group */
+  uint32_t n;   /* threads in the group */
+  uint32_t bar; /* unused on the CPU */
+};
 
 /* A sense-reversing barrier; waiters yield (a CPU runs more threads than it has cores). */
 KDEV void kSyncCpu(void) {
@@ -79,7 +89,7 @@ KDEV void kSyncCpu(void) {
   }
   while (__atomic_load_n(&c->sense, __ATOMIC_ACQUIRE) == s) sched_yield();
 }
-#define KSYNC() kSyncCpu()
+KDEV void kSync(const KGrp& g) { (void)g; kSyncCpu(); }
 
 KDEV uint64_t kLoadAcq(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 KDEV void kStoreRel(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }

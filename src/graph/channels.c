@@ -10,10 +10,18 @@
 #include "checks.h"
 #include "misc/param.h"
 
-int mendGraphChooseNChannels(int nNodes, int nNics, int minCTAs, int maxCTAs) {
+/* Device mode: a channel is a CTA, and one CTA moves a small part of a GPU's memory bandwidth, so
+ * a GPU needs many; ranks sharing one GPU share its SMs (their CTAs must all be resident at once,
+ * since they wait on each other): 32 CTAs per GPU split among them, 2 to 16 each. */
+int mendGraphDeviceChannels(int ranksOnGpu) {
+  int n = ranksOnGpu > 0 ? 32 / ranksOnGpu : 16;
+  return n < 2 ? 2 : n > 16 ? 16 : n;
+}
+
+static int chooseN(int base, int nNodes, int nNics, int minCTAs, int maxCTAs) {
   /* One host: two channels keep two rings in flight (both directions).  Across hosts every NIC
    * needs at least one channel or it carries nothing. */
-  int n = 2;
+  int n = base;
   if (nNodes > 1 && nNics > n) n = nNics;
   if (minCTAs > 0 && n < minCTAs) n = minCTAs;
   if (maxCTAs > 0 && n > maxCTAs) n = maxCTAs;
@@ -22,6 +30,19 @@ int mendGraphChooseNChannels(int nNodes, int nNics, int minCTAs, int maxCTAs) {
   if (envMax > 0 && n > envMax) n = (int)envMax;
   if (n < 1) n = 1;
   if (n > MEND_MAXCHANNELS) n = MEND_MAXCHANNELS;
+  return n;
+}
+
+int mendGraphChooseNChannels(int nNodes, int nNics, int minCTAs, int maxCTAs) {
+  return chooseN(2, nNodes, nNics, minCTAs, maxCTAs);
+}
+
+/* Ranks of this communicator on my GPU (same host, same PCI address). */
+static int ranksOnMyGpu(struct ncclComm* comm) {
+  const struct mendPeerInfo* me = comm->peerInfo + comm->rank;
+  int n = 0;
+  for (int r = 0; r < comm->nRanks; r++)
+    n += comm->peerInfo[r].hostHash == me->hostHash && comm->peerInfo[r].busId == me->busId;
   return n;
 }
 
@@ -201,7 +222,8 @@ ncclResult_t mendGraphSetup(struct ncclComm* comm, int nNicsMax) {
   int nNics = topo ? topo->nNics : 0, crossNic = topo ? topo->crossNic : 0;
   struct mendGraphShape shape = { .nRanks = comm->nRanks, .nNodes = comm->nNodes,
                                   .rankToNode = comm->rankToNode, .rankToLocalRank = comm->rankToLocalRank };
-  comm->nChannels = mendGraphChooseNChannels(comm->nNodes, nNicsMax, comm->config.minCTAs, comm->config.maxCTAs);
+  int base = comm->hostMode ? 2 : mendGraphDeviceChannels(ranksOnMyGpu(comm));
+  comm->nChannels = chooseN(base, comm->nNodes, nNicsMax, comm->config.minCTAs, comm->config.maxCTAs);
   int n = comm->nRanks;
   int* ranks = malloc(sizeof(int) * (size_t)n * (size_t)comm->nChannels);
   int* parent = malloc(sizeof(int) * (size_t)n * 2);

@@ -52,6 +52,8 @@ int mendTopoNicOrder(struct ncclComm* comm, int* devs, int max);
 /* Channels for a communicator: 2 on one host; across hosts max(2, nNics) so every NIC gets some;
  * then NCCL_MIN/MAX_NCHANNELS and config minCTAs/maxCTAs (values <= 0 mean unset), capped at 64. */
 int mendGraphChooseNChannels(int nNodes, int nNics, int minCTAs, int maxCTAs);
+/* Device mode's base channel count for a GPU shared by `ranksOnGpu` ranks of the communicator. */
+int mendGraphDeviceChannels(int ranksOnGpu);
 /* Ring order of `channel`: ranks host by host (hosts in index order, local ranks in order);
  * odd channels run the same ring backwards.  userRanks gets nRanks entries. */
 ncclResult_t mendGraphRing(const struct mendGraphShape* shape, int channel, int* userRanks);
