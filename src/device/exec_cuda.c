@@ -29,8 +29,11 @@
 extern const unsigned char mendKernelFatbin[];
 extern const size_t mendKernelFatbinSize;
 
+struct bufHome;
+
 /* One descriptor buffer (pinned, device-mapped) and the event that tells its kernel is done. */
 struct launchBuf {
+  struct bufHome* home;   /* where a captured buffer returns when its graph is destroyed */
   char* host;             /* the buffer (its device address is the same, UVA) */
   size_t cap;             /* bytes */
   CUevent done;           /* recorded after the launch (not under capture) */
@@ -40,7 +43,18 @@ struct launchBuf {
   struct launchBuf* next; /* list link */
 };
 
+/* Buffers held by CUDA graphs come back here when the graph is destroyed (a user-object destructor,
+ * run by CUDA on its own thread, which must not call CUDA: it only moves the buffer).  The home
+ * outlives the communicator while graphs still hold its buffers. */
+struct bufHome {
+  pthread_mutex_t lock;      /* returned, refs, dead */
+  struct launchBuf* returned; /* given back by destroyed graphs, not yet in the pool */
+  int refs;                  /* the communicator + one per buffer a graph holds */
+  int dead;                  /* the communicator is gone: free what comes back */
+};
+
 struct mendCudaComm {
+  struct bufHome* home;   /* captured buffers' way back */
   CUfunction fn;          /* the kernel in this device's module */
   int nThreads;           /* threads per CTA */
   pthread_mutex_t lock;   /* the lists below */
@@ -124,6 +138,9 @@ ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
   comm->cuda = cc;
   cc->nThreads = threadsPerCta();
   MENDCHECK(loadKernel(comm->cudaDev, &cc->fn));
+  MENDCHECK(MENDCALLOC(cc->home, 1));
+  pthread_mutex_init(&cc->home->lock, NULL);
+  cc->home->refs = 1;
   MENDCHECK(makeArena(cc));
   void* st = NULL;
   MENDCHECK(mendCuHostAlloc(sizeof(struct mendDevState), &st));
@@ -136,6 +153,64 @@ ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
 static void freeScratch(void** scratch, int n) {
   for (int i = 0; i < n; i++) mendCuDevFree(scratch[i]);
   free(scratch);
+}
+
+static void homeDrop(struct bufHome* h) {
+  int last = --h->refs == 0;
+  pthread_mutex_unlock(&h->lock);
+  if (last) {
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+  }
+}
+
+/* CUDA destroyed a graph that held buffer p. */
+static void bufReturned(void* p) {
+  struct launchBuf* b = p;
+  struct bufHome* h = b->home;
+  pthread_mutex_lock(&h->lock);
+  if (h->dead) {
+    free(b); /* its pinned memory went with the communicator (a graph must not outlive it) */
+  } else {
+    b->next = h->returned;
+    h->returned = b;
+  }
+  homeDrop(h);
+}
+
+/* Hand buffer b to the graph stream s is capturing; it comes back when the graph is destroyed. */
+static ncclResult_t giveToGraph(struct mendCudaComm* cc, CUstream s, struct launchBuf* b) {
+  int status = 0;
+  uint64_t id = 0;
+  CUgraph graph = NULL;
+  const CUgraphNode* deps = NULL;
+  size_t nDeps = 0;
+  CUuserObject obj = NULL;
+  CUCHECK(cuStreamGetCaptureInfo(s, &status, &id, &graph, &deps, &nDeps));
+  b->home = cc->home;
+  CUCHECK(cuUserObjectCreate(&obj, b, bufReturned, 1, MEND_CU_USER_OBJECT_NO_DESTRUCTOR_SYNC));
+  pthread_mutex_lock(&cc->home->lock);
+  cc->home->refs++;
+  pthread_mutex_unlock(&cc->home->lock);
+  CUCHECK(cuGraphRetainUserObject(graph, obj, 1, MEND_CU_GRAPH_USER_OBJECT_MOVE));
+  return ncclSuccess;
+}
+
+/* Buffers of destroyed graphs go back to the pool. */
+static void takeReturned(struct mendCudaComm* cc) {
+  pthread_mutex_lock(&cc->home->lock);
+  struct launchBuf* b = cc->home->returned;
+  cc->home->returned = NULL;
+  pthread_mutex_unlock(&cc->home->lock);
+  while (b) {
+    struct launchBuf* next = b->next;
+    freeScratch(b->scratch, b->nScratch); /* the graph that used them is gone */
+    b->scratch = NULL;
+    b->nScratch = 0;
+    b->next = cc->pool;
+    cc->pool = b;
+    b = next;
+  }
 }
 
 /* Move the buffers whose kernel finished from live to the pool; returns how many are still live. */
@@ -237,7 +312,10 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   CUCHECK(cuStreamIsCapturing(stream, &capture));
   pthread_mutex_lock(&cc->lock);
   struct launchBuf* b = NULL;
-  if (!capture) reclaim(cc); /* event queries are not allowed while a stream captures */
+  if (!capture) {
+    takeReturned(cc);
+    reclaim(cc); /* event queries are not allowed while a stream captures */
+  }
   MENDCHECKGOTO(getBuf(cc, mendLaunchBytes(bt->works, bt->nWorks), capture, &b), res, unlock);
   struct mendDevLaunch launch;
   MENDCHECKGOTO(mendLaunchBuild(bt->works, bt->nWorks, 1, b->host, (uintptr_t)b->host, &launch), res, fail_buf);
@@ -254,8 +332,12 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   cc->scratch = NULL;
   cc->nScratch = 0;
   if (capture != MEND_CU_STREAM_CAPTURE_STATUS_NONE) {
-    b->next = cc->kept; /* the graph replays this launch: its descriptor stays */
-    cc->kept = b;
+    /* The graph replays this launch: the descriptor (and its scratch) stays until the graph goes. */
+    res = giveToGraph(cc, stream, b);
+    if (res != ncclSuccess) {
+      b->next = cc->kept; /* kept until the communicator is destroyed */
+      cc->kept = b;
+    }
   } else {
     res = mendCuCheck(mendCu.cuEventRecord(b->done, stream), "cuEventRecord", __FILE__, __LINE__);
     b->next = cc->live; /* on failure too: the kernel was launched and may still read it */
@@ -311,10 +393,16 @@ static void cudaRelease(struct ncclComm* comm) {
   int running = cc && cc->live;
   if (cc) {
     mendCuEnter(comm->cuCtx);
+    if (cc->home) takeReturned(cc);
     freeBufs(cc->pool);
     freeBufs(cc->kept);
     freeScratch(cc->scratch, cc->nScratch);
     if (!running) mendCuHostFree(cc->arena); /* else a kernel that did not stop may still read it */
+    if (cc->home) {
+      pthread_mutex_lock(&cc->home->lock);
+      cc->home->dead = 1; /* buffers still held by graphs are freed when they come back */
+      homeDrop(cc->home);
+    }
     /* Live buffers remain only when a kernel did not stop: leaking them is safer than freeing them. */
     if (cc->live) WARN("Rank %d: leaving %s kernel's launch memory allocated", comm->rank, "a running");
     pthread_mutex_destroy(&cc->lock);

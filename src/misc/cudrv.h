@@ -28,6 +28,10 @@ typedef struct CUfunc_st* CUfunction;
 typedef struct CUevent_st* CUevent;
 typedef struct CUstream_st* CUstream; /* the same handle as cudaStream_t */
 typedef uint64_t CUmemGenericAllocationHandle;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphNode_st* CUgraphNode;
+typedef struct CUuserObject_st* CUuserObject;
+typedef void (*CUhostFn)(void* userData);
 
 #define MEND_CU_SUCCESS 0
 #define MEND_CU_ERROR_INVALID_VALUE 1
@@ -52,6 +56,9 @@ typedef uint64_t CUmemGenericAllocationHandle;
 #define MEND_CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES 3
 #define MEND_CU_FUNC_ATTRIBUTE_NUM_REGS 4
 #define MEND_CU_STREAM_CAPTURE_STATUS_NONE 0
+#define MEND_CU_STREAM_CAPTURE_STATUS_ACTIVE 1
+#define MEND_CU_USER_OBJECT_NO_DESTRUCTOR_SYNC 1
+#define MEND_CU_GRAPH_USER_OBJECT_MOVE 1
 #define MEND_CU_MEM_ALLOCATION_TYPE_PINNED 1
 #define MEND_CU_MEM_LOCATION_TYPE_DEVICE 1
 #define MEND_CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
@@ -104,6 +111,10 @@ typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc; /* CUmemA
   X(cuEventDestroy, (CUevent ev))                                                                 \
   X(cuStreamWaitEvent, (CUstream s, CUevent ev, unsigned flags))                                  \
   X(cuStreamIsCapturing, (CUstream s, int* status))                                               \
+  X(cuStreamGetCaptureInfo, (CUstream s, int* status, uint64_t* id, CUgraph* graph,               \
+                             const CUgraphNode** deps, size_t* nDeps))                            \
+  X(cuUserObjectCreate, (CUuserObject* obj, void* ptr, CUhostFn destroy, unsigned refs, unsigned flags)) \
+  X(cuGraphRetainUserObject, (CUgraph graph, CUuserObject obj, unsigned count, unsigned flags))   \
   X(cuIpcGetMemHandle, (CUipcMemHandle* h, CUdeviceptr ptr))                                      \
   X(cuIpcOpenMemHandle, (CUdeviceptr* ptr, CUipcMemHandle h, unsigned flags))                     \
   X(cuIpcCloseMemHandle, (CUdeviceptr ptr))                                                       \
