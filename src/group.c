@@ -233,7 +233,8 @@ static ncclResult_t runPlans(struct mendPlan** plans, struct ncclComm** comms, v
     for (int j = i; j < nPlans; j++) {
       if (done[j] || comms[j]->executor != ex) continue;
       done[j] = 1;
-      batches[n++] = (struct mendExecBatch){comms[j], plans[j]->works, plans[j]->nWorks, streams[j]};
+      batches[n++] = (struct mendExecBatch){.stages = plans[j]->stages, .nStages = plans[j]->nStages, .comm = comms[j],
+                                            .works = plans[j]->works, .nWorks = plans[j]->nWorks, .stream = streams[j]};
     }
     res = ex->run(batches, n);
   }

@@ -72,7 +72,17 @@ struct mendWork {
  * comm->executor and never one executor by name.  Host executors (the host engine, and the CUDA
  * kernel's source built for the CPU) return when every work is done; the CUDA executor returns
  * once the works are enqueued on the batch's stream (NCCL's stream semantics). */
+/* A copy made on the stream before a batch's kernel starts (device mode's staging of in-place
+ * AlltoAll; host mode copies at planning time). */
+struct mendStageCopy {
+  const void* src;  /* from */
+  void* dst;        /* to (a plan temporary) */
+  size_t bytes;     /* how much */
+};
+
 struct mendExecBatch {
+  const struct mendStageCopy* stages; /* copies to make before the works start (device mode) */
+  int nStages;             /* how many */
   struct ncclComm* comm;   /* whose works */
   struct mendWork* works;  /* the plan's works, in plan order */
   int nWorks;              /* how many */

@@ -324,6 +324,12 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   launch.rank = comm->rank;
   launch.lanesPerCta = lanesPerCta(comm, launch.nLanes, cc->nThreads);
   unsigned grid = (launch.nLanes + launch.lanesPerCta - 1) / launch.lanesPerCta;
+  for (int i = 0; i < bt->nStages; i++) { /* stream order: the copies finish before the kernel starts */
+    const struct mendStageCopy* c = bt->stages + i;
+    MENDCHECKGOTO(mendCuCheck(mendCu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)c->dst, (CUdeviceptr)(uintptr_t)c->src,
+                                                       c->bytes, stream), "cuMemcpyDtoDAsync", __FILE__, __LINE__),
+                  res, fail_buf);
+  }
   void* params[] = {&launch};
   MENDCHECKGOTO(mendCuCheck(mendCu.cuLaunchKernel(cc->fn, grid, 1, 1, (unsigned)cc->nThreads, 1, 1, 0, stream,
                                                   params, NULL), "cuLaunchKernel", __FILE__, __LINE__), res, fail_buf);
@@ -356,7 +362,7 @@ unlock:
 
 static ncclResult_t cudaRun(struct mendExecBatch* batches, int nBatches) {
   for (int i = 0; i < nBatches; i++) {
-    if (batches[i].nWorks == 0) continue;
+    if (batches[i].nWorks == 0) continue; /* stages only come with works */
     ncclResult_t res = launchBatch(batches + i);
     if (res != ncclSuccess) {
       mendCommSetAsyncError(batches[i].comm, res);

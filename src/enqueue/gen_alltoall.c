@@ -22,7 +22,7 @@ ncclResult_t mendPlanAlltoAll(struct mendPlan* plan, const struct mendOp* op, in
   if (send < recv + total && recv < send + total) {
     void* tmp;
     MENDCHECK(mendPlanScratch(plan, total, &tmp));
-    memcpy(tmp, send, total);
+    MENDCHECK(mendPlanStage(plan, tmp, send, total));
     send = tmp;
   }
   MENDCHECK(mendPlanAddCopy(plan, opIndex, send + (size_t)me * block, recv + (size_t)me * block, block));

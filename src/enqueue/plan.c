@@ -130,6 +130,16 @@ ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void** ptr) {
   return ncclSuccess;
 }
 
+ncclResult_t mendPlanStage(struct mendPlan* plan, void* dst, const void* src, size_t bytes) {
+  if (!plan->comm->cuda) {
+    memcpy(dst, src, bytes);
+    return ncclSuccess;
+  }
+  MENDCHECK(grow((void**)&plan->stages, &plan->capStages, plan->nStages + 1, sizeof(*plan->stages)));
+  plan->stages[plan->nStages++] = (struct mendStageCopy){.src = src, .dst = dst, .bytes = bytes};
+  return ncclSuccess;
+}
+
 /* ---- collectives ---- */
 
 /* A tree from the graph layer when the channel has one, else a double binary tree on the ring. */
@@ -384,6 +394,7 @@ void mendPlanFree(struct mendPlan* plan) {
   for (int i = 0; i < plan->nProgs; i++) free(plan->progs[i]);
   for (int i = 0; i < plan->nScratch; i++) free(plan->scratch[i]);
   free(plan->progs);
+  free(plan->stages);
   free(plan->scratch);
   free(plan->works);
   free(plan->reqs);

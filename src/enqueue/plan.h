@@ -78,6 +78,8 @@ struct mendPlan {
   int nProgs, capProgs;          /* used / allocated */
   struct mendConnReq* reqs;      /* connectors the works need (unique) */
   int nReqs, capReqs;            /* used / allocated */
+  struct mendStageCopy* stages;  /* device mode: copies into temporaries made on the stream first */
+  int nStages, capStages;        /* used / allocated */
   void** scratch;                /* temporaries (in-place AlltoAll), freed with the plan */
   int nScratch, capScratch;      /* used / allocated */
   double estUs;                  /* sum of the ops' estimates */
@@ -102,8 +104,11 @@ void mendPlanFree(struct mendPlan* plan);
  * and a local copy. */
 ncclResult_t mendPlanAddXfer(struct mendPlan* plan, int opIndex, int peer, int dir, void* buf, size_t bytes);
 ncclResult_t mendPlanAddCopy(struct mendPlan* plan, int opIndex, const void* src, void* dst, size_t bytes);
-/* A host temporary owned by the plan. */
+/* A temporary owned by the plan (host memory; device memory in device mode, freed with the launch). */
 ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void** ptr);
+/* Copy src to a plan temporary before the plan's works start: at once in host mode, on the stream
+ * ahead of the kernel in device mode. */
+ncclResult_t mendPlanStage(struct mendPlan* plan, void* dst, const void* src, size_t bytes);
 ncclResult_t mendPlanAlltoAll(struct mendPlan* plan, const struct mendOp* op, int opIndex);
 ncclResult_t mendPlanGather(struct mendPlan* plan, const struct mendOp* op, int opIndex);
 ncclResult_t mendPlanScatter(struct mendPlan* plan, const struct mendOp* op, int opIndex);

@@ -12,10 +12,11 @@
 
 /* Device mode: a channel is a CTA, and one CTA moves a small part of a GPU's memory bandwidth, so
  * a GPU needs many; ranks sharing one GPU share its SMs (their CTAs must all be resident at once,
- * since they wait on each other): 32 CTAs per GPU split among them, 2 to 16 each. */
+ * since they wait on each other): 64 CTAs per GPU split among them, 2 to 32 each (on an H100, 32
+ * CTAs per rank moved 1.4x the bytes of 16 at 2 ranks, benchmarks/RESULTS.md). */
 int mendGraphDeviceChannels(int ranksOnGpu) {
-  int n = ranksOnGpu > 0 ? 32 / ranksOnGpu : 16;
-  return n < 2 ? 2 : n > 16 ? 16 : n;
+  int n = ranksOnGpu > 0 ? 64 / ranksOnGpu : 32;
+  return n < 2 ? 2 : n > 32 ? 32 : n;
 }
 
 static int chooseN(int base, int nNodes, int nNics, int minCTAs, int maxCTAs) {

@@ -120,8 +120,17 @@ ncclResult_t mendCuEnter(void* ctx) {
 ncclResult_t mendCuDevAlloc(size_t bytes, void** ptr) {
   CUdeviceptr p = 0;
   *ptr = NULL;
+  CUstream s = NULL;
   CUCHECK(cuMemAlloc(&p, bytes ? bytes : 1));
-  ncclResult_t res = mendCuCheck(mendCu.cuMemsetD8(p, 0, bytes), "cuMemsetD8", __FILE__, __LINE__);
+  /* cuMemsetD8 would queue on the legacy stream, which kernels on the user's non-blocking streams
+   * do not wait for: a peer's kernel could post into this FIFO before the zeroing lands and lose
+   * its post.  A private stream, waited for here, makes the memory zero before anyone sees it. */
+  ncclResult_t res = mendCuCheck(mendCu.cuStreamCreate(&s, MEND_CU_STREAM_NON_BLOCKING), "cuStreamCreate", __FILE__,
+                                 __LINE__);
+  if (res == ncclSuccess)
+    res = mendCuCheck(mendCu.cuMemsetD8Async(p, 0, bytes, s), "cuMemsetD8Async", __FILE__, __LINE__);
+  if (res == ncclSuccess) res = mendCuCheck(mendCu.cuStreamSynchronize(s), "cuStreamSynchronize", __FILE__, __LINE__);
+  if (s) mendCu.cuStreamDestroy(s);
   if (res != ncclSuccess) {
     mendCu.cuMemFree(p);
     return res;

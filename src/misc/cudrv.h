@@ -45,6 +45,7 @@ typedef void (*CUhostFn)(void* userData);
 #define MEND_CU_MEMHOST_PORTABLE 0x1   /* CU_MEMHOSTALLOC_PORTABLE == CU_MEMHOSTREGISTER_PORTABLE */
 #define MEND_CU_MEMHOST_DEVICEMAP 0x2  /* CU_MEMHOSTALLOC_DEVICEMAP == CU_MEMHOSTREGISTER_DEVICEMAP */
 #define MEND_CU_EVENT_DISABLE_TIMING 0x2
+#define MEND_CU_STREAM_NON_BLOCKING 0x1
 #define MEND_CU_IPC_HANDLE_SIZE 64
 #define MEND_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
 #define MEND_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
@@ -91,8 +92,12 @@ typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc; /* CUmemA
   X(cuCtxGetDevice, (CUdevice* dev))                                                              \
   X(cuMemAlloc, (CUdeviceptr* ptr, size_t bytes))                                                 \
   X(cuMemFree, (CUdeviceptr ptr))                                                                 \
-  X(cuMemsetD8, (CUdeviceptr ptr, unsigned char v, size_t n))                                     \
+  X(cuMemsetD8Async, (CUdeviceptr ptr, unsigned char v, size_t n, CUstream s))                    \
+  X(cuStreamCreate, (CUstream* s, unsigned flags))                                                \
+  X(cuStreamSynchronize, (CUstream s))                                                            \
+  X(cuStreamDestroy, (CUstream s))                                                                \
   X(cuMemcpyHtoD, (CUdeviceptr dst, const void* src, size_t bytes))                               \
+  X(cuMemcpyDtoDAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s))               \
   X(cuMemHostAlloc, (void** ptr, size_t bytes, unsigned flags))                                   \
   X(cuMemFreeHost, (void* ptr))                                                                   \
   X(cuMemHostRegister, (void* ptr, size_t bytes, unsigned flags))                                 \
@@ -156,7 +161,8 @@ ncclResult_t mendCuCheck(CUresult err, const char* call, const char* file, int l
 ncclResult_t mendCuEnter(void* ctx);
 /* Drop the primary-context reference a device-mode communicator took (no-op for ctx NULL). */
 void mendCuReleaseContext(int cudaDev, void* ctx);
-/* Zeroed device memory on the current context. */
+/* Zeroed device memory on the current context: zero when this returns, whatever else runs (the
+ * zeroing is not ordered against the legacy stream, where another stream's kernel could overtake it). */
 ncclResult_t mendCuDevAlloc(size_t bytes, void** ptr);
 void mendCuDevFree(void* ptr);
 /* Zeroed pinned host memory, mapped for every context; the kernel uses the same address (UVA). */

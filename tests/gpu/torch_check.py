@@ -57,6 +57,30 @@ def expected_library():
     return os.path.realpath(lib) if lib else None
 
 
+def file_of(addr):
+    """The file mapped at address addr in this process, or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= addr < hi and len(parts) >= 6:
+                return os.path.realpath(parts[5])
+    return None
+
+
+def resolved_nccl():
+    """The files that the NCCL entry points PyTorch calls resolve to in the global scope (what
+    LD_PRELOAD decides).  PyTorch may also map its own libnccl by path; its symbols are then
+    shadowed, which is what this looks at, not merely which files are mapped."""
+    import ctypes
+    g = ctypes.CDLL(None)
+    files = set()
+    for name in ("ncclAllReduce", "ncclCommInitRankConfig", "ncclGroupEnd", "ncclSend", "ncclGetVersion"):
+        fn = getattr(g, name, None)
+        files.add(file_of(ctypes.cast(fn, ctypes.c_void_p).value) if fn is not None else None)
+    return files
+
+
 def mapped_nccl():
     """Every libnccl file mapped into this process."""
     paths = set()
@@ -113,8 +137,9 @@ class Rank:
         if self.reference:
             return
         want = expected_library()
-        self.check("mend_mapped", lambda: None if want and mapped_nccl() == {want} else
-                   "libnccl mapped from %s, want only %s" % (sorted(mapped_nccl()), want))
+        self.check("mend_resolved", lambda: None if want and resolved_nccl() == {want} else
+                   "NCCL entry points resolve to %s, want only %s (mapped: %s)" % (
+                       sorted(map(str, resolved_nccl())), want, sorted(mapped_nccl())))
         # Mend prints its banner in every process, NVIDIA's NCCL on rank 0 only: rank 0 must have it.
         self.check("mend_banner_rank0", lambda: None if self.rank != 0 or "-mend" in banner else
                    "no 'NCCL version ...-mend' line at init (NCCL_DEBUG=WARN); got %r" % banner[:300])
