@@ -7,6 +7,7 @@ WERROR    ?= 1
 DEBUG     ?= 0
 ASAN      ?= 0
 UBSAN     ?= 0
+TSAN      ?= 0
 MPI       ?= 0
 # Default GPU targets: sm_80 and sm_90 code plus compute_90 PTX.
 NVCC_GENCODE ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
@@ -29,6 +30,13 @@ SANFLAGS += -fsanitize=address -fno-omit-frame-pointer
 endif
 ifeq ($(UBSAN),1)
 SANFLAGS += -fsanitize=undefined -fno-sanitize-recover=undefined
+endif
+# ThreadSanitizer cannot share a process with ASan; build it into its own BUILDDIR (make TSAN=1 BUILDDIR=build-tsan).
+ifeq ($(TSAN),1)
+ifeq ($(ASAN),1)
+$(error TSAN=1 and ASAN=1 cannot be combined: build them in separate BUILDDIRs)
+endif
+SANFLAGS += -fsanitize=thread
 endif
 
 INCFLAGS := -I$(BUILDDIR)/include -I$(BUILDDIR)/gen -Isrc
