@@ -24,7 +24,8 @@ $(UNIT_BIN): $(UNIT_OBJ) $(STATIC) $(TEST_HELPER_OBJ)
 	@mkdir -p $(@D)
 	$(CXX) $(SANFLAGS) -pthread -o $@ $(UNIT_OBJ) $(TEST_HELPER_OBJ) $(STATIC) $(CUDA_LIBS) $(GTEST_LIBS) $(LIBS)
 
-$(BUILDDIR)/tests/%: tests/integration/%.c $(SHARED) $(BUILDDIR)/lib/$(SONAME) $(TEST_HELPER_OBJ)
+# (-lnccl links through the unversioned libnccl.so: a prerequisite, or a parallel build races it.)
+$(BUILDDIR)/tests/%: tests/integration/%.c $(SHARED) $(BUILDDIR)/lib/$(LIBNAME) $(TEST_HELPER_OBJ)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/integ
 	$(CC) $(CFLAGS_TOOL) -Itests/common -MF $(BUILDDIR)/obj/integ/$*.d $< $(TEST_HELPER_OBJ) -o $@ \
 	    -L$(BUILDDIR)/lib -lnccl $(RUNPATH) $(LIBS)
@@ -54,7 +55,7 @@ $(BUILDDIR)/obj/tests/gpu/%.o: tests/gpu/%.c | $(HEADER)
 	@mkdir -p $(@D)
 	$(CC) $(GPU_TEST_FLAGS) -c $< -o $@
 
-$(BUILDDIR)/tests/gpu/%: tests/gpu/%.c $(GPU_HELPER_OBJ) $(TEST_HELPER_OBJ) $(SHARED) $(BUILDDIR)/lib/$(SONAME)
+$(BUILDDIR)/tests/gpu/%: tests/gpu/%.c $(GPU_HELPER_OBJ) $(TEST_HELPER_OBJ) $(SHARED) $(BUILDDIR)/lib/$(LIBNAME)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/gpu
 	$(CC) $(GPU_TEST_FLAGS) -MF $(BUILDDIR)/obj/gpu/$*.d $< $(GPU_HELPER_OBJ) $(TEST_HELPER_OBJ) -o $@ \
 	    -L$(BUILDDIR)/lib -lnccl $(GPU_RUNPATH) $(CUDART_STATIC) -ldl -lrt -lpthread -lm
