@@ -45,27 +45,39 @@ run_one() { # name cmd...
   printf '%-40s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start))
 }
 
-# GoogleTest suite: count test cases from its JSON report.
-if [ -x "$BUILDDIR/tests/unit_tests" ] && [[ unit_tests =~ $FILTER ]]; then
-  json="$LOGDIR/unit_tests.json"; rm -f "$json"
-  start=$SECONDS
-  timeout -k 10 "$TIMEOUT" "$BUILDDIR/tests/unit_tests" --gtest_output=json:"$json" > "$LOGDIR/unit_tests.log" 2>&1
+# GoogleTest suite: count test cases from its JSON report.  run_gtest name [env assignments] -- [gtest args]
+run_gtest() {
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  [ -x "$BUILDDIR/tests/unit_tests" ] && [[ $name =~ $FILTER ]] || return 0
+  local json="$LOGDIR/$name.json" start=$SECONDS rc t f d
+  rm -f "$json"
+  env "${envs[@]}" timeout -k 10 "$TIMEOUT" "$BUILDDIR/tests/unit_tests" --gtest_output=json:"$json" "$@" \
+    > "$LOGDIR/$name.log" 2>&1
   rc=$?
   if [ -f "$json" ]; then
     read -r t f d < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["tests"], j["failures"], j.get("disabled",0))' "$json")
     pass=$((pass + t - f - d)); fail=$((fail + f))
-    [ "$f" -gt 0 ] && failed_names+=("unit_tests: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$LOGDIR/unit_tests.log" | sort -u | head -10 | tr '\n' ' ')")
+    [ "$f" -gt 0 ] && failed_names+=("$name: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$LOGDIR/$name.log" | sort -u | head -10 | tr '\n' ' ')")
   else
-    fail=$((fail + 1)); failed_names+=("unit_tests (exit $rc, no report)")
+    fail=$((fail + 1)); failed_names+=("$name (exit $rc, no report)")
   fi
-  printf '%-40s rc=%-3d %4ds\n' unit_tests "$rc" $((SECONDS - start))
-fi
+  printf '%-40s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start))
+}
+run_gtest unit_tests --
+# The CUDA kernel's own source built for the CPU (the kernel-cpu executor, src/device/kernel.cu):
+# the schedule suites run through it as well as through the host engine.
+run_gtest unit_tests_kernel_cpu MEND_EXECUTOR=kernel-cpu -- --gtest_filter='Engine*:KernelCpu*'
 
 for t in "$BUILDDIR"/tests/*; do
   [ -x "$t" ] && [ -f "$t" ] || continue
   n=$(basename "$t"); [ "$n" = unit_tests ] && continue
   run_one "$n" "$t"
 done
+# The multi-process collectives (shm and sockets) through the kernel's CPU build too.
+[ -x "$BUILDDIR/tests/test_collectives" ] && run_one test_collectives_kernel_cpu env MEND_EXECUTOR=kernel-cpu \
+  "$BUILDDIR/tests/test_collectives"
 for t in tests/integration/*.sh tests/testbed/test_*.sh; do
   [ -f "$t" ] || continue
   run_one "$(basename "$t" .sh)" bash "$t"

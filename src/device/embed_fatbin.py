@@ -5,10 +5,13 @@
   embed_fatbin.py               the same for a build without nvcc (an empty image)
   embed_fatbin.py --check-ptxas LOG
                                 print each kernel's registers, stack and spills; exit 1 on a spill
+  embed_fatbin.py --list FILE   list the device images of the fatbin in FILE (a fatbin, or the
+                                library that embeds one): "elf sm_90", "ptx compute_90", ...
 
 The image goes into the .nv_fatbin section, where CUDA's tools (cuobjdump) look for device code.
 """
 import re
+import struct
 import sys
 
 
@@ -47,13 +50,37 @@ def check(log):
         sys.exit(1)
 
 
+FATBIN_MAGIC = 0xBA55ED50
+
+
+def list_images(path):
+    """Entries of the first fatbin in the file: a 16-byte header (magic, version, header size, size),
+    then entries whose 32-bit word 0 holds the kind (1 PTX, 2 ELF), word 1 the entry header size,
+    words 2-3 the payload size and word 7 the SM version."""
+    data = open(path, "rb").read()
+    at = data.find(struct.pack("<I", FATBIN_MAGIC))
+    if at < 0:
+        sys.exit("%s: no fatbin" % path)
+    _, _, hsize, fsize = struct.unpack_from("<IHHQ", data, at)
+    off, end = at + hsize, at + hsize + fsize
+    while off + 32 <= end:
+        w = struct.unpack_from("<8I", data, off)
+        kind, ehsize, size, arch = w[0] & 0xFFFF, w[1], w[2] | (w[3] << 32), w[7]
+        print("%s %s_%d" % ({1: "ptx", 2: "elf"}.get(kind, "kind%d" % kind), "compute" if kind == 1 else "sm", arch))
+        if ehsize == 0:
+            break
+        off += ehsize + size
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--check-ptxas":
         check(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--list":
+        list_images(sys.argv[2])
     elif len(sys.argv) <= 2:
         embed(sys.argv[1] if len(sys.argv) == 2 else None)
     else:
-        sys.exit("usage: embed_fatbin.py [FATBIN] | --check-ptxas LOG")
+        sys.exit("usage: embed_fatbin.py [FATBIN] | --check-ptxas LOG | --list FILE")
 
 
 if __name__ == "__main__":

@@ -233,11 +233,12 @@ KDEV void kFail(const struct mendDevLaunch* L, KShared* sh, int32_t code, uint32
     st->errGot = got;
     kFenceSys();
   }
+  kRunStop();
   sh->stop = 1;
 }
 
 KDEV int kStopped(const struct mendDevLaunch* L) {
-  return kLoadVol32(&L->state->abortFlag) != 0 || kLoadVol32(&L->state->error) != 0;
+  return kLoadVol32(&L->state->abortFlag) != 0 || kLoadVol32(&L->state->error) != 0 || kRunStopped();
 }
 
 /* Thread 0: wait until step s can run; sets sh->in/out, or sh->stop. */
@@ -390,8 +391,9 @@ static void* kCpuMain(void* arg) {
 /* Start every thread of CTA l of launch L; a CTA missing a thread would wait forever at its
  * barrier, so it does not run, and the error stops the lanes that wait on it. */
 static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
-                         struct kCpuThread* th, uint32_t nt) {
+                         struct kCpuThread* th, uint32_t nt, volatile int32_t* runStop) {
   cta->nThreads = nt;
+  cta->runStop = runStop;
   cta->shared = shared;
   for (uint32_t i = 0; i < nt; i++) {
     struct kCpuThread* t = th + i;
@@ -399,7 +401,10 @@ static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kC
     t->started = pthread_create(&t->thread, NULL, kCpuMain, t) == 0;
     if (!t->started) cta->gate = -1;
   }
-  if (cta->gate < 0) kCas32(&L->state->error, 0, ncclSystemError);
+  if (cta->gate < 0) {
+    kCas32(&L->state->error, 0, ncclSystemError);
+    __atomic_store_n(runStop, 1, __ATOMIC_RELEASE);
+  }
   else __atomic_store_n(&cta->gate, 1, __ATOMIC_RELEASE);
 }
 
@@ -410,9 +415,10 @@ extern "C" void mendKernelCpuRun(const struct mendDevLaunch* launches, int n, in
   KShared* shared = (KShared*)calloc(nl + 1, sizeof(KShared));
   struct kCpuThread* th = (struct kCpuThread*)calloc((size_t)nl * nt + 1, sizeof(struct kCpuThread));
   uint32_t c = 0;
+  volatile int32_t runStop = 0;
   for (int i = 0; i < n; i++) {
     for (uint32_t l = 0; l < launches[i].nLanes; l++, c++) {
-      if (ctas && shared && th) kCpuStartCta(launches + i, l, ctas + c, shared + c, th + (size_t)c * nt, nt);
+      if (ctas && shared && th) kCpuStartCta(launches + i, l, ctas + c, shared + c, th + (size_t)c * nt, nt, &runStop);
       else kCas32(&launches[i].state->error, 0, ncclSystemError);
     }
   }

@@ -43,6 +43,10 @@ KDEV int32_t kCas32(volatile int32_t* p, int32_t expect, int32_t v) {
 }
 KDEV void kFenceSys(void) { __threadfence_system(); }
 KDEV void kPause(void) { __nanosleep(64); }
+/* A GPU launch serves one rank: its peers learn of its failure only through the FIFOs (they wait
+ * until an abort).  The CPU build runs every rank of a group in one call, which must end. */
+KDEV int kRunStopped(void) { return 0; }
+KDEV void kRunStop(void) {}
 
 /* 16-byte packs: loads bypass L1 (ld.global.cv), stores are plain (L1 is write-through). */
 typedef uint4 KPack;
@@ -66,6 +70,8 @@ struct kCta {
   volatile uint32_t sense; /* flips when a phase completes */
   void* shared;            /* the CTA's __shared__ state */
   volatile int32_t gate;   /* 0 until every thread of the CTA exists; 1: run; -1: leave at once */
+  volatile int32_t* runStop; /* shared by every CTA of the call: one lane failed, all leave (the call
+                                drives every rank of the group, like the host engine) */
 };
 /* The calling host thread's place in its CTA (set by mendKernelCpuRun). */
 extern __thread uint32_t kTidTls;
@@ -102,6 +108,8 @@ KDEV int32_t kCas32(volatile int32_t* p, int32_t expect, int32_t v) {
 }
 KDEV void kFenceSys(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 KDEV void kPause(void) { sched_yield(); }
+KDEV int kRunStopped(void) { return __atomic_load_n(kCtaTls->runStop, __ATOMIC_ACQUIRE) != 0; }
+KDEV void kRunStop(void) { __atomic_store_n(kCtaTls->runStop, 1, __ATOMIC_RELEASE); }
 
 struct KPack {
   uint64_t x, y;

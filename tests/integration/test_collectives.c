@@ -34,28 +34,34 @@ static ncclComm_t comm;
 /* Integer-valued element i of rank r (exact in every type used here). */
 static double val(int r, size_t i) { return (double)((r * 3 + i * 7) % 5); }
 
-static void put(ncclDataType_t t, void* p, size_t i, double v) {
-  switch (t) {
-  case ncclInt32: ((int32_t*)p)[i] = (int32_t)v; break;
-  case ncclUint8: ((uint8_t*)p)[i] = (uint8_t)v; break;
-  case ncclInt64: ((int64_t*)p)[i] = (int64_t)v; break;
-  case ncclFloat32: ((float*)p)[i] = (float)v; break;
-  case ncclFloat64: ((double*)p)[i] = v; break;
-  default: break;
-  }
-}
-static double get(ncclDataType_t t, const void* p, size_t i) {
-  switch (t) {
-  case ncclInt32: return ((const int32_t*)p)[i];
-  case ncclUint8: return ((const uint8_t*)p)[i];
-  case ncclInt64: return (double)((const int64_t*)p)[i];
-  case ncclFloat32: return ((const float*)p)[i];
-  case ncclFloat64: return ((const double*)p)[i];
-  default: return -1;
-  }
-}
 static size_t tsize(ncclDataType_t t) {
   return t == ncclUint8 ? 1 : (t == ncclInt32 || t == ncclFloat32) ? 4 : 8;
+}
+
+/* The buffers are unaligned on purpose: elements move through memcpy, never a typed access. */
+static void put(ncclDataType_t t, void* p, size_t i, double v) {
+  union { int32_t i32; uint8_t u8; int64_t i64; float f32; double f64; } e;
+  switch (t) {
+  case ncclInt32: e.i32 = (int32_t)v; break;
+  case ncclUint8: e.u8 = (uint8_t)v; break;
+  case ncclInt64: e.i64 = (int64_t)v; break;
+  case ncclFloat32: e.f32 = (float)v; break;
+  case ncclFloat64: e.f64 = v; break;
+  default: return;
+  }
+  memcpy((char*)p + i * tsize(t), &e, tsize(t));
+}
+static double get(ncclDataType_t t, const void* p, size_t i) {
+  union { int32_t i32; uint8_t u8; int64_t i64; float f32; double f64; } e;
+  memcpy(&e, (const char*)p + i * tsize(t), tsize(t));
+  switch (t) {
+  case ncclInt32: return e.i32;
+  case ncclUint8: return e.u8;
+  case ncclInt64: return (double)e.i64;
+  case ncclFloat32: return e.f32;
+  case ncclFloat64: return e.f64;
+  default: return -1;
+  }
 }
 
 static double redRef(ncclRedOp_t op, size_t i) {
@@ -371,7 +377,9 @@ int main(int argc, char** argv) {
     for (int s = 0; s < 4; s++) {
       for (int p = 0; p < 3; p++) runConfig("/proc/self/exe", sizes[s], net, parts[p]);
     }
-    runConfig("/proc/self/exe", 4, net, "idle");
+    /* A blocked host engine sleeps; the kernel-cpu executor is a GPU kernel's code and spins as one. */
+    const char* ex = getenv("MEND_EXECUTOR");
+    if (!ex || strcmp(ex, "kernel-cpu") != 0) runConfig("/proc/self/exe", 4, net, "idle");
   }
   return mtExitCode();
 }
