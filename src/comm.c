@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "device/engine.h"
 #include "device/kernel.h"
+#include "enqueue/plan.h"
 #include "group.h"
 #include "init.h"
 #include "misc/debug.h"
@@ -73,6 +74,7 @@ ncclResult_t mendCommAlloc(struct ncclComm** out, int nRanks, int rank, const st
 void mendCommFree(struct ncclComm* comm) {
   if (comm == NULL) return;
   comm->magic = 0;  /* a stale handle is recognised as dead while the memory is still mapped */
+  mendPlannerFree(comm); /* created by the first operation; holds the tuner plugin */
   free(comm->rankToNode);
   free(comm->rankToLocalRank);
   free(comm->peerInfo);

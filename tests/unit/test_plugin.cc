@@ -1,6 +1,7 @@
 // Plugin loading: the example net plugin (ABI v11 and v8) through Mend's adapter, and the example tuner.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <string>
@@ -9,6 +10,7 @@
 
 extern "C" {
 #include "misc/param.h"
+#include "nccl.h"
 #include "plugin/net_plugin.h"
 #include "plugin/tuner_plugin.h"
 }
@@ -139,5 +141,34 @@ TEST(PluginTuner, ExampleRewritesCosts) {
   unsetenv("NCCL_TUNER_PLUGIN");
   unsetenv("EXAMPLE_TUNER_RING_BYTES");
   unsetenv("EXAMPLE_TUNER_CHANNELS");
+  mendParamResetCache();
+}
+
+// Whether `lib` is mapped in this process now (RTLD_NOLOAD loads nothing; its reference is dropped).
+static bool isLoaded(const std::string& lib) {
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
+// A communicator's planner (created by its first operation) holds the tuner plugin it opened; destroy
+// frees the planner, so the plugin is closed and unloaded with the last communicator using it.
+TEST(PluginTuner, ClosedWhenItsCommunicatorsAreDestroyed) {
+  std::string lib = libDir() + "libnccl-tuner-example.so";
+  ASSERT_FALSE(isLoaded(lib));
+  setenv("NCCL_TUNER_PLUGIN", lib.c_str(), 1);
+  mendParamResetCache();
+  ncclComm_t comms[2];
+  ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess);
+  std::vector<float> buf[2] = {std::vector<float>(1024, 1.0f), std::vector<float>(1024, 2.0f)};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; r++)
+    EXPECT_EQ(ncclAllReduce(buf[r].data(), buf[r].data(), 1024, ncclFloat, ncclSum, comms[r], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(buf[1][1023], 3.0f);
+  EXPECT_TRUE(isLoaded(lib)) << "the first AllReduce opens the tuner plugin";
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_FALSE(isLoaded(lib)) << "destroy left the planner, and the tuner plugin it holds, allocated";
+  unsetenv("NCCL_TUNER_PLUGIN");
   mendParamResetCache();
 }
