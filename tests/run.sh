@@ -14,26 +14,14 @@ FILTER=${MEND_TEST_FILTER:-.}
 TIMEOUT=${MEND_TEST_TIMEOUT:-600}
 LOGDIR="$BUILDDIR/test-logs"
 mkdir -p "$LOGDIR"
-pass=0; fail=0; skip=0; failed_names=()
+pass=0; fail=0; skip=0; note=""; failed_names=()
 
 # Every run must use Mend's library, never NVIDIA's from the CUDA toolkit.
 lib="$BUILDDIR/lib/libnccl.so.2"
 # (Each test program also checks at run time, with dladdr, that the library it loaded is this one.)
-if ! grep -a -q 'MEND_LIBRARY_BANNER' "$lib" 2>/dev/null; then
-  echo "FATAL: $lib is not Mend's library"; echo "tests: 0 passed, 1 failed"; exit 1
-fi
+. tests/common/tally.sh
+check_mend_lib "$lib"
 
-count_output() { # name logfile rc
-  local name=$1 log=$2 rc=$3 p f
-  p=$(grep -cE '^ok ' "$log"); f=$(grep -cE '^not ok ' "$log")
-  if [ "$p" -gt 0 ] || [ "$f" -gt 0 ]; then
-    pass=$((pass + p)); fail=$((fail + f))
-    [ "$f" -gt 0 ] && failed_names+=("$name: $(grep -E '^not ok ' "$log" | head -5 | tr '\n' ' ')")
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then fail=$((fail + 1)); failed_names+=("$name (exit $rc)"); fi
-  elif [ "$rc" -eq 0 ]; then pass=$((pass + 1))
-  elif [ "$rc" -eq 77 ]; then skip=$((skip + 1))
-  else fail=$((fail + 1)); failed_names+=("$name (exit $rc)"); fi
-}
 
 run_one() { # name cmd...
   local name=$1; shift

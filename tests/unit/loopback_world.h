@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 extern "C" {
 #include "device/engine.h"
@@ -75,6 +76,21 @@ class World {
   std::condition_variable cv_;
   bool done_ = false, fired_ = false;
 };
+
+// A collective whose peer never comes: an abort flag set 200 ms later (as ncclCommAbort does) makes
+// the call fail within 5 s.
+inline void expectAbortStopsAWait(World& w) {
+  std::vector<float> a(1000, 1), b(1000);
+  ncclResult_t res = ncclSuccess;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread th([&] { res = ncclAllReduce(a.data(), b.data(), a.size(), ncclFloat, ncclSum, w.comm(0), nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  mendCommSetAbortFlag(w.comm(0), 1);
+  th.join();
+  EXPECT_NE(res, ncclSuccess);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  mendCommSetAbortFlag(w.comm(0), 0);
+}
 
 }  // namespace mendtest
 

@@ -610,7 +610,9 @@ TEST(EngineSendRecv, ShiftAndAllPairs) {
       }
       ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
       for (int r = 0; r < n; r++) {
-        ASSERT_EQ(0, memcmp(dst[r].data(), src[(r + n - 1) % n].data(), bytes)) << "n " << n << " bytes " << bytes;
+        // (memcmp only with bytes: an empty vector's data() is NULL, which memcmp must not get.)
+        ASSERT_TRUE(bytes == 0 || memcmp(dst[r].data(), src[(r + n - 1) % n].data(), bytes) == 0)
+            << "n " << n << " bytes " << bytes;
         ASSERT_EQ(dst[r][bytes], 0xA5);
       }
     }
@@ -709,17 +711,7 @@ TEST(EngineGroup, MixedOpsSeveralComms) {
 // An abort (ncclCommAbort sets the flag) stops a collective whose peers never come, in bounded time.
 TEST(EngineGroup, AbortStopsAWait) {
   World w(2);
-  std::vector<float> a(1000, 1), b(1000);
-  ncclResult_t res = ncclSuccess;
-  auto t0 = std::chrono::steady_clock::now();
-  std::thread th([&] { res = ncclAllReduce(a.data(), b.data(), a.size(), ncclFloat, ncclSum, w.comm(0), nullptr); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  mendCommSetAbortFlag(w.comm(0), 1);
-  th.join();
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(res, ncclSuccess);
-  EXPECT_LT(s, 5.0);
-  mendCommSetAbortFlag(w.comm(0), 0);
+  mendtest::expectAbortStopsAWait(w);
 }
 
 // ================================================================ argument checks
