@@ -18,6 +18,7 @@
 #include "misc/cudrv.h"
 #include "misc/debug.h"
 #include "device/engine.h"
+#include "group.h"
 #include "misc/param.h"
 #include "transport/transport.h"
 
@@ -119,10 +120,31 @@ ncclResult_t pncclCommFinalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* Inside a group, the group may still hold the communicator: operations queued on it (they run at
+ * ncclGroupEnd) or its creation job (queued by an init in this group).  Freeing it now would leave
+ * them a dangling pointer, and waiting for them would wait for this very thread.  Such a destroy is
+ * refused (nothing is destroyed) and ncclGroupEnd reports it; a grouped destroy of a communicator
+ * the group does not hold goes ahead, as NCCL's grouped destroys do. */
+static ncclResult_t destroyInGroupCheck(struct ncclComm* comm) {
+  if (mendGroupDepth() == 0) return ncclSuccess;
+  int pending = atomic_load(&comm->inflight);
+  int queuedInit = atomic_load(&comm->state) == MEND_COMM_INITIALIZING && !comm->initThreadRunning;
+  if (pending == 0 && !queuedInit) return ncclSuccess;
+  if (queuedInit)
+    WARN("ncclCommDestroy: comm %p is created by the open group (its init runs at ncclGroupEnd); nothing was "
+         "destroyed: call ncclGroupEnd first, then destroy it", (void*)comm);
+  else
+    WARN("ncclCommDestroy: comm %p has %d operation(s) not run yet (queued in the open group, which runs them at "
+         "ncclGroupEnd); nothing was destroyed: call ncclGroupEnd first, then destroy it", (void*)comm, pending);
+  mendGroupSetError(ncclInvalidUsage);
+  return ncclInvalidUsage;
+}
+
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
 ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;  /* as NCCL: destroying NULL is a no-op */
   MENDCHECK(mendCommCheck(comm, "ncclCommDestroy"));
+  MENDCHECK(destroyInGroupCheck(comm));
   int rank = comm->rank, nRanks = comm->nRanks;
   int failed = atomic_load(&comm->state) == MEND_COMM_FAILED;
   ncclResult_t res = mendCommTeardown(comm, failed);

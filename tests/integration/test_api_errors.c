@@ -250,6 +250,40 @@ static void groupErrors(ncclComm_t c, float* buf, float* out) {
   mtResult(info.estimatedTime >= 0, "api_errors_simulate_time", "estimatedTime %g", info.estimatedTime);
 }
 
+/* Destroy inside an open group: refused while the group holds the communicator (operations queued on
+ * it, or its init), without waiting and without freeing it; ncclGroupEnd reports it; the communicator
+ * is destroyed cleanly after the group.  A grouped destroy of communicators the group does not hold
+ * works, as in NCCL. */
+static void destroyInGroup(void) {
+  const ncclResult_t IU = ncclInvalidUsage;
+  ncclComm_t pair[2];
+  ncclResult_t res = ncclCommInitAll(pair, 2, NULL);
+  mtResult(res == ncclSuccess, "api_destroy_in_group_init", "ncclCommInitAll: %s", ncclGetErrorString(res));
+  if (res != ncclSuccess) return;
+  float in[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}}, out[2][4];
+  double t0 = mtNow();
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclAllReduce(in[r], out[r], 4, ncclFloat, ncclSum, pair[r], NULL);
+  expect("api_errors_destroy_with_queued_ops", ncclCommDestroy(pair[0]), IU, "ncclGroupEnd first");
+  expect("api_errors_destroy_in_group_reported", ncclGroupEnd(), IU, NULL);
+  mtResult(mtNow() - t0 < 1.0, "api_errors_destroy_in_group_no_wait", "%.3f s", mtNow() - t0);
+  int n = 0;
+  expect("api_errors_destroy_in_group_comm_alive", ncclCommCount(pair[0], &n), ncclSuccess, NULL);
+  ncclUniqueId id;
+  ncclComm_t fresh = NULL;
+  ncclGetUniqueId(&id);
+  ncclGroupStart();
+  ncclCommInitRank(&fresh, 1, id, 0);
+  expect("api_errors_destroy_queued_init", ncclCommDestroy(fresh), IU, "ncclGroupEnd first");
+  expect("api_errors_destroy_queued_init_reported", ncclGroupEnd(), IU, NULL);
+  expect("api_errors_destroy_after_group", ncclCommDestroy(fresh), ncclSuccess, NULL);
+  ncclGroupStart();
+  ncclResult_t d0 = ncclCommDestroy(pair[0]), d1 = ncclCommDestroy(pair[1]);
+  res = ncclGroupEnd();
+  mtResult(d0 == ncclSuccess && d1 == ncclSuccess && res == ncclSuccess, "api_destroy_grouped_idle_comms",
+           "destroys %d %d, group end %d", d0, d1, res);
+}
+
 /* A finalized communicator takes no more work; fresh communicators still work after all of this. */
 static void stillWorks(float* buf, float* out) {
   expect("api_errors_finalize", ncclCommFinalize(comms[1]), ncclSuccess, NULL);
@@ -297,6 +331,7 @@ int main(void) {
   redOpErrors(c);
   hostModeCalls(c);
   deviceApi(c);
+  destroyInGroup();
   stillWorks(buf, out);
   ncclCommDestroy(comms[0]);
   ncclCommDestroy(comms[1]);
