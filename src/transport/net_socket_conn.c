@@ -86,11 +86,10 @@ ncclResult_t mendNetSocketListen(void* ctx, int dev, void* handle, void** listen
   MENDCHECKGOTO(mendSocketListen(&addr, &lc->fd, &bound), res, fail_free);
   lc->dev = dev;
   lc->token = mendNetSocketToken();
-  struct mendSocketHandle* h = handle;
+  /* The handle is the caller's bytes with no alignment promised (NCCL keeps handles in char arrays). */
+  struct mendSocketHandle h = { .magic = MEND_SOCKET_HELLO_MAGIC, .listenToken = lc->token, .addr = bound };
   memset(handle, 0, MEND_NET_HANDLE_MAXSIZE);
-  h->magic = MEND_SOCKET_HELLO_MAGIC;
-  h->listenToken = lc->token;
-  h->addr = bound;
+  memcpy(handle, &h, sizeof(h));
   *listenComm = lc;
   return ncclSuccess;
 fail_free:
@@ -190,10 +189,8 @@ static ncclResult_t connFinish(struct mendSocketComm* comm) {
   return mendNetSocketStartThreads(comm);
 }
 
-ncclResult_t mendNetSocketConnect(void* ctx, int dev, void* handle, void** sendComm) {
-  MENDARGCHECK(handle != NULL && sendComm != NULL, ncclInvalidArgument, "NET/Socket: connect: handle or sendComm is NULL");
-  *sendComm = NULL;
-  struct mendSocketHandle* h = handle;
+/* connect on an aligned copy of the caller's handle (its progress is kept in h->stage). */
+static ncclResult_t connectHandle(int dev, struct mendSocketHandle* h, void** sendComm) {
   MENDARGCHECK(h->magic == MEND_SOCKET_HELLO_MAGIC, ncclInvalidArgument,
                "NET/Socket: connect: the handle was not made by the socket Net's listen");
   ncclResult_t res;
@@ -232,6 +229,17 @@ fail_stop:
 fail_free:
   h->stage = (struct mendSocketConnStage){ 0 };
   commFree(comm);
+  return res;
+}
+
+ncclResult_t mendNetSocketConnect(void* ctx, int dev, void* handle, void** sendComm) {
+  MENDARGCHECK(handle != NULL && sendComm != NULL, ncclInvalidArgument, "NET/Socket: connect: handle or sendComm is NULL");
+  *sendComm = NULL;
+  /* The handle may sit at any address (NCCL keeps handles in char arrays): work on an aligned copy. */
+  struct mendSocketHandle h;
+  memcpy(&h, handle, sizeof(h));
+  ncclResult_t res = connectHandle(dev, &h, sendComm);
+  memcpy(handle, &h, sizeof(h));
   return res;
 }
 

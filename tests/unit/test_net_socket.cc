@@ -113,6 +113,28 @@ TEST_F(NetSocketConn, HandshakeNeverBlocks) {
   EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
 }
 
+// NCCL keeps net handles in char arrays inside its structs: listen and connect take a handle at any
+// address (a typed access to a misaligned one is undefined behaviour, flagged by UBSan).
+TEST_F(NetSocketConn, HandleAtAnyAlignment) {
+  alignas(16) char buf[MEND_NET_HANDLE_MAXSIZE + 16];
+  for (int off : {1, 4, 12}) {
+    memset(buf, 0, sizeof(buf));
+    char* handle = buf + off;
+    void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+    ASSERT_EQ(N->listen(ctx_, 0, handle, &lc), ncclSuccess);
+    double t0 = nowMs();
+    while ((!sc || !rc) && nowMs() - t0 < 10000) {
+      if (!sc) { ASSERT_EQ(N->connect(ctx_, 0, handle, &sc), ncclSuccess); }
+      if (!rc) { ASSERT_EQ(N->accept(lc, &rc), ncclSuccess); }
+    }
+    ASSERT_TRUE(sc && rc) << "offset " << off;
+    ASSERT_EQ(N->closeListen(lc), ncclSuccess);
+    Exchange(sc, rc, 100000, off);
+    EXPECT_EQ(N->closeSend(sc), ncclSuccess);
+    EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
+  }
+}
+
 TEST_F(NetSocketConn, BadHandleAndDeadListener) {
   char handle[MEND_NET_HANDLE_MAXSIZE] = {};
   void* sc = nullptr;
