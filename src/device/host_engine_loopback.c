@@ -8,6 +8,7 @@
  */
 #include "device/engine.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ struct mendLoopback {
   mendBell_t* bells;          /* [nRanks] one doorbell per rank */
   int* rings;                 /* [nChannels][nRanks] position -> rank */
   struct lbLink** links;      /* [channel][connIndex][sender][receiver], created on connect */
+  pthread_mutex_t lock;       /* guards links: both ends' connect threads create the same link */
 };
 
 static struct mendLoopback* worldOf(struct ncclComm* comm) {
@@ -45,8 +47,9 @@ static struct lbLink** linkSlot(struct mendLoopback* lb, int channel, int connIn
          (size_t)receiver;
 }
 
-static ncclResult_t lbConnect(struct ncclComm* comm, int nReqs, const struct mendConnReq* reqs) {
-  struct mendLoopback* lb = worldOf(comm);
+/* Create the link of each request not made yet (by this rank or by its peer, the other end). */
+static ncclResult_t lbConnectLocked(struct mendLoopback* lb, struct ncclComm* comm, int nReqs,
+                                    const struct mendConnReq* reqs) {
   for (int i = 0; i < nReqs; i++) {
     const struct mendConnReq* r = reqs + i;
     int sender = r->dir == MEND_SEND ? comm->rank : r->peer, receiver = r->dir == MEND_SEND ? r->peer : comm->rank;
@@ -80,11 +83,22 @@ static ncclResult_t lbConnect(struct ncclComm* comm, int nReqs, const struct men
   return ncclSuccess;
 }
 
+/* The group connects every communicator on its own thread, and a link's two ends ask for it at once. */
+static ncclResult_t lbConnect(struct ncclComm* comm, int nReqs, const struct mendConnReq* reqs) {
+  struct mendLoopback* lb = worldOf(comm);
+  pthread_mutex_lock(&lb->lock);
+  ncclResult_t res = lbConnectLocked(lb, comm, nReqs, reqs);
+  pthread_mutex_unlock(&lb->lock);
+  return res;
+}
+
 static struct mendConnector* lbGet(struct ncclComm* comm, int channel, int peer, int dir, int connIndex) {
   struct mendLoopback* lb = worldOf(comm);
   if (channel < 0 || channel >= lb->nChannels || peer < 0 || peer >= lb->nRanks || peer == comm->rank) return NULL;
   int sender = dir == MEND_SEND ? comm->rank : peer, receiver = dir == MEND_SEND ? peer : comm->rank;
+  pthread_mutex_lock(&lb->lock);
   struct lbLink* l = *linkSlot(lb, channel, connIndex, sender, receiver);
+  pthread_mutex_unlock(&lb->lock);
   return l ? l->ends + dir : NULL;
 }
 
@@ -141,6 +155,7 @@ ncclResult_t mendLoopbackCreate(int nRanks, int nChannels, size_t buffSize, stru
   lb->nRanks = nRanks;
   lb->nChannels = nChannels;
   lb->slotBytes = buffSize / MEND_FIFO_SLOTS / 64 * 64;
+  pthread_mutex_init(&lb->lock, NULL);
   ncclResult_t res;
   MENDCHECKGOTO(MENDCALLOC(lb->comms, nRanks), res, fail);
   MENDCHECKGOTO(MENDCALLOC(lb->bells, nRanks), res, fail);
@@ -181,5 +196,6 @@ void mendLoopbackDestroy(struct mendLoopback* lb) {
   free(lb->rings);
   free(lb->bells);
   free(lb->comms);
+  pthread_mutex_destroy(&lb->lock);
   free(lb);
 }

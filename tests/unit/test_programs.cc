@@ -714,6 +714,27 @@ TEST(EngineGroup, AbortStopsAWait) {
   mendtest::expectAbortStopsAWait(w);
 }
 
+// ncclGroupEnd connects every communicator of a world on its own thread, and a link's two ends ask for
+// it at once: both must get the one link (a second copy leaked, and the rank left on it hung).  Each
+// round is a fresh world, so every link is made by racing threads; TSan flags an unguarded table.
+TEST(EngineGroup, ConcurrentConnectsShareOneLink) {
+  const int n = 8;
+  const size_t count = 5000;
+  for (int round = 0; round < 20; round++) {
+    World w(n, 4, 8 * 1024, 20);
+    std::vector<std::vector<float>> in(n, std::vector<float>(count)), out(n, std::vector<float>(count));
+    for (int r = 0; r < n; r++)
+      for (size_t i = 0; i < count; i++) in[r][i] = (float)(r * 7 + i % 13);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++)
+      ASSERT_EQ(ncclAllReduce(in[r].data(), out[r].data(), count, ncclFloat, ncclSum, w.comm(r), nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << "round " << round;
+    for (int r = 0; r < n; r++)
+      for (size_t i = 0; i < count; i++)
+        ASSERT_EQ(out[r][i], (float)(7 * n * (n - 1) / 2 + n * (i % 13))) << "round " << round << " rank " << r;
+  }
+}
+
 // ================================================================ argument checks
 
 TEST(EngineArgs, BadInputsReturnCodes) {
