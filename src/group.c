@@ -187,6 +187,21 @@ static ncclResult_t connectPlans(struct mendPlan** plans, int nPlans) {
   return res;
 }
 
+/* The other streams a communicator's operations of the group name (device mode): the launch goes on
+ * the first one and is joined with these, as NCCL joins a group's streams. */
+static ncclResult_t collectJoins(struct mendPlan* plan, const struct mendOp* ops, int n) {
+  for (int j = 1; j < n; j++) {
+    int seen = ops[j].stream == ops[0].stream;
+    for (int k = 0; k < plan->nJoins && !seen; k++) seen = plan->joins[k] == ops[j].stream;
+    if (seen) continue;
+    MENDARGCHECK(plan->nJoins < MEND_MAX_JOIN_STREAMS, ncclInvalidUsage,
+                 "Group: rank %d's operations name more than %d streams in one group", ops[0].comm->rank,
+                 MEND_MAX_JOIN_STREAMS + 1);
+    plan->joins[plan->nJoins++] = ops[j].stream;
+  }
+  return ncclSuccess;
+}
+
 /* Build one plan per communicator, in the order communicators first appear. */
 static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPlan** plans, struct ncclComm** comms,
                                void** streams, int* nPlans) {
@@ -206,6 +221,7 @@ static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPl
     comms[*nPlans] = comm;
     streams[*nPlans] = ops[i].stream; /* the communicator's first operation names the stream */
     MENDCHECKGOTO(mendPlanBuild(comm, mine, n, plans + *nPlans), res, exit);
+    MENDCHECKGOTO(collectJoins(plans[*nPlans], mine, n), res, exit);
     (*nPlans)++;
   }
 exit:
@@ -234,7 +250,8 @@ static ncclResult_t runPlans(struct mendPlan** plans, struct ncclComm** comms, v
       if (done[j] || comms[j]->executor != ex) continue;
       done[j] = 1;
       batches[n++] = (struct mendExecBatch){.stages = plans[j]->stages, .nStages = plans[j]->nStages, .comm = comms[j],
-                                            .works = plans[j]->works, .nWorks = plans[j]->nWorks, .stream = streams[j]};
+                                            .works = plans[j]->works, .nWorks = plans[j]->nWorks, .stream = streams[j],
+                                            .joins = plans[j]->joins, .nJoins = plans[j]->nJoins};
     }
     res = ex->run(batches, n);
   }

@@ -87,7 +87,12 @@ struct mendExecBatch {
   struct mendWork* works;  /* the plan's works, in plan order */
   int nWorks;              /* how many */
   void* stream;            /* cudaStream_t of the batch's operations (device mode), NULL in host mode */
+  void* const* joins;      /* other streams the communicator's operations of the group named: the
+                              launch waits for them, and they for the launch (NCCL's stream joining) */
+  int nJoins;              /* how many */
 };
+
+#define MEND_MAX_JOIN_STREAMS 8 /* streams of one communicator in one group beyond the first */
 
 struct mendExecutor {
   const char* name; /* "host", "kernel-cpu", "cuda" (logs, MEND_EXECUTOR) */

@@ -65,6 +65,10 @@ struct mendCudaComm {
   int nScratch;           /* how many */
   char* arena;            /* pinned memory of the pre-made buffers (CUDA refuses allocations while a
                              stream captures, so a graph's launches take these) */
+  CUevent joinEv[MEND_MAX_JOIN_STREAMS]; /* recorded on a group's other streams, waited for by the launch */
+  CUevent afterEv;        /* recorded after a launch, waited for by the group's other streams */
+  CUevent lastDone;       /* the last launch (not captured): a launch on another stream waits for it */
+  CUstream lastStream;    /* its stream */
 };
 
 static pthread_mutex_t moduleLock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,6 +146,8 @@ ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
   pthread_mutex_init(&cc->home->lock, NULL);
   cc->home->refs = 1;
   MENDCHECK(makeArena(cc));
+  for (int i = 0; i < MEND_MAX_JOIN_STREAMS; i++) CUCHECK(cuEventCreate(&cc->joinEv[i], MEND_CU_EVENT_DISABLE_TIMING));
+  CUCHECK(cuEventCreate(&cc->afterEv, MEND_CU_EVENT_DISABLE_TIMING));
   void* st = NULL;
   MENDCHECK(mendCuHostAlloc(sizeof(struct mendDevState), &st));
   comm->devState = st;
@@ -300,6 +306,26 @@ static uint32_t lanesPerCta(struct ncclComm* comm, uint32_t nLanes, int nThreads
   return per < 1 ? 1 : per;
 }
 
+/* Stream order as NCCL keeps it: the launch waits for the group's other streams and for this
+ * communicator's previous launch when that went to another stream (operations of one
+ * communicator run in the order they were issued, whatever their streams). */
+static ncclResult_t joinBefore(struct mendCudaComm* cc, const struct mendExecBatch* bt, CUstream stream, int capture) {
+  for (int i = 0; i < bt->nJoins; i++) {
+    CUCHECK(cuEventRecord(cc->joinEv[i], (CUstream)bt->joins[i]));
+    CUCHECK(cuStreamWaitEvent(stream, cc->joinEv[i], 0));
+  }
+  if (!capture && cc->lastDone && cc->lastStream != stream) CUCHECK(cuStreamWaitEvent(stream, cc->lastDone, 0));
+  return ncclSuccess;
+}
+
+/* The group's other streams wait for the launch. */
+static ncclResult_t joinAfter(struct mendCudaComm* cc, const struct mendExecBatch* bt, CUstream stream) {
+  if (bt->nJoins == 0) return ncclSuccess;
+  CUCHECK(cuEventRecord(cc->afterEv, stream));
+  for (int i = 0; i < bt->nJoins; i++) CUCHECK(cuStreamWaitEvent((CUstream)bt->joins[i], cc->afterEv, 0));
+  return ncclSuccess;
+}
+
 /* Launch one communicator's works on its stream. */
 static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   struct ncclComm* comm = bt->comm;
@@ -324,6 +350,7 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   launch.rank = comm->rank;
   launch.lanesPerCta = lanesPerCta(comm, launch.nLanes, cc->nThreads);
   unsigned grid = (launch.nLanes + launch.lanesPerCta - 1) / launch.lanesPerCta;
+  MENDCHECKGOTO(joinBefore(cc, bt, stream, capture != MEND_CU_STREAM_CAPTURE_STATUS_NONE), res, fail_buf);
   for (int i = 0; i < bt->nStages; i++) { /* stream order: the copies finish before the kernel starts */
     const struct mendStageCopy* c = bt->stages + i;
     MENDCHECKGOTO(mendCuCheck(mendCu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)c->dst, (CUdeviceptr)(uintptr_t)c->src,
@@ -348,7 +375,10 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
     res = mendCuCheck(mendCu.cuEventRecord(b->done, stream), "cuEventRecord", __FILE__, __LINE__);
     b->next = cc->live; /* on failure too: the kernel was launched and may still read it */
     cc->live = b;
+    cc->lastDone = b->done;
+    cc->lastStream = stream;
   }
+  if (res == ncclSuccess) res = joinAfter(cc, bt, stream);
   TRACE(NCCL_COLL, "Rank %d: launched %u lanes on %u CTAs x %d threads (%d works) on stream %p%s", comm->rank,
         launch.nLanes, grid, cc->nThreads, bt->nWorks, (void*)stream, capture ? " (captured)" : "");
   goto unlock;
@@ -403,6 +433,9 @@ static void cudaRelease(struct ncclComm* comm) {
     freeBufs(cc->pool);
     freeBufs(cc->kept);
     freeScratch(cc->scratch, cc->nScratch);
+    for (int i = 0; i < MEND_MAX_JOIN_STREAMS; i++)
+      if (cc->joinEv[i]) mendCu.cuEventDestroy(cc->joinEv[i]);
+    if (cc->afterEv) mendCu.cuEventDestroy(cc->afterEv);
     if (!running) mendCuHostFree(cc->arena); /* else a kernel that did not stop may still read it */
     if (cc->home) {
       pthread_mutex_lock(&cc->home->lock);

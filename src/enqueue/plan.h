@@ -83,6 +83,8 @@ struct mendPlan {
   void** scratch;                /* temporaries (in-place AlltoAll), freed with the plan */
   int nScratch, capScratch;      /* used / allocated */
   double estUs;                  /* sum of the ops' estimates */
+  void* joins[MEND_MAX_JOIN_STREAMS]; /* streams of the ops beyond the first op's (device mode) */
+  int nJoins;                    /* how many */
 };
 
 /* Planner state of a communicator, created on first use with the transport's connectors. */
