@@ -30,6 +30,8 @@ static ncclResult_t checkCommReady(struct ncclComm* comm, const char* api) {
   MENDARGCHECK(state != MEND_COMM_FINALIZED, ncclInvalidUsage, "%s: communicator %p was finalized", api, (void*)comm);
   MENDARGCHECK(state != MEND_COMM_REVOKED, ncclInvalidUsage, "%s: communicator %p was revoked", api, (void*)comm);
   MENDARGCHECK(!mendCommAborted(comm), ncclInvalidUsage, "%s: communicator %p was aborted", api, (void*)comm);
+  MENDARGCHECK(!atomic_load(&comm->suspended), ncclInvalidUsage,
+               "%s: communicator %p is suspended (ncclCommResume first)", api, (void*)comm);
   if (state == MEND_COMM_FAILED || (async != ncclSuccess && async != ncclInProgress)) {
     WARN("%s: communicator %p has failed (%s)", api, (void*)comm,
          ncclGetErrorString(async != ncclSuccess ? async : ncclInvalidUsage));

@@ -34,6 +34,10 @@ struct mendConfig {
   int nvlsCTAs;            /* accepted, unused */
   int nChannelsPerNetPeer; /* channels per net peer for P2P; UNDEF = auto */
   int nvlinkCentricSched;  /* accepted, unused */
+  int graphUsageMode;      /* 2.29: accepted, unused; UNDEF when unset */
+  int numRmaCtx;           /* 2.29: one-sided contexts (no one-sided support yet); UNDEF when unset */
+  int maxP2pPeers;         /* 2.30: accepted, unused; UNDEF when unset */
+  int graphStreamOrdering; /* 2.30: accepted, unused; UNDEF when unset */
 };
 
 /* What every rank tells every other rank at init (allgathered through the bootstrap). */
@@ -139,10 +143,16 @@ struct ncclComm {
   struct mendUserRedOp userRedOps[MEND_MAX_USER_REDOPS]; /* PreMulSum ops; op value = ncclNumOps + slot */
   struct ncclComm* parent;        /* communicator this one was split/shrunk from, or NULL */
   int destroyed;                  /* guards double destroy */
+  _Atomic int suspended;          /* 1 between ncclCommSuspend and ncclCommResume: operations are refused */
+  _Atomic int64_t memExtraBytes;  /* bytes reported through mendCommMemAccount (staging beyond the connectors) */
 };
 
 /* Validate a handle at the API boundary: WARN and ncclInvalidArgument on NULL or a dead comm. */
 ncclResult_t mendCommCheck(struct ncclComm* comm, const char* api);
+/* Memory accounting for ncclCommMemStats (comm_suspend.c): a layer that allocates memory for this
+ * communicator outside its connectors' FIFOs (staging, launch buffers) adds the bytes, and subtracts
+ * them when it frees them.  Connector FIFO and slot memory is counted from the connectors themselves. */
+void mendCommMemAccount(struct ncclComm* comm, int64_t bytes);
 /* Record an asynchronous error (first one wins) so ncclCommGetAsyncError reports it. */
 void mendCommSetAsyncError(struct ncclComm* comm, ncclResult_t res);
 /* An operation on `comm` was queued (+1) or has finished or was dropped (-1): teardown does not free a

@@ -23,6 +23,7 @@ const char* pncclGetErrorString(ncclResult_t result) {
     case ncclInvalidUsage: return "the call was not valid at this point (invalid usage)";
     case ncclRemoteError: return "a peer failed or the connection to it broke (remote error)";
     case ncclInProgress: return "the operation has not completed yet (operation in progress)";
+    case ncclTimeout: return "an operation or wait ran past its time limit (timeout)";
     default: return "unknown result code";
   }
 }

@@ -42,6 +42,14 @@ static void resetByVersion(ncclConfig_t* c) {
     c->nChannelsPerNetPeer = UNDEF;
     c->nvlinkCentricSched = UNDEF;
   }
+  if (v < NCCL_VERSION(2, 29, 0)) {
+    c->graphUsageMode = UNDEF;
+    c->numRmaCtx = UNDEF;
+  }
+  if (v < NCCL_VERSION(2, 30, 0)) {
+    c->maxP2pPeers = UNDEF;
+    c->graphStreamOrdering = UNDEF;
+  }
 }
 
 #define CHECK_FIELD(cond, field, value)                                                    \
@@ -64,6 +72,12 @@ static ncclResult_t validate(const ncclConfig_t* c) {
   CHECK_FIELD(c->nvlsCTAs == UNDEF || c->nvlsCTAs > 0, "nvlsCTAs", c->nvlsCTAs);
   CHECK_FIELD(c->nChannelsPerNetPeer == UNDEF || (c->nChannelsPerNetPeer > 0 && c->nChannelsPerNetPeer <= MEND_MAXCHANNELS),
               "nChannelsPerNetPeer", c->nChannelsPerNetPeer);
+  /* 2.29/2.30 fields: the facts give no ranges; only values that cannot mean anything are refused. */
+  CHECK_FIELD(c->graphUsageMode == UNDEF || c->graphUsageMode >= 0, "graphUsageMode", c->graphUsageMode);
+  CHECK_FIELD(c->numRmaCtx == UNDEF || c->numRmaCtx > 0, "numRmaCtx", c->numRmaCtx);
+  CHECK_FIELD(c->maxP2pPeers == UNDEF || c->maxP2pPeers > 0, "maxP2pPeers", c->maxP2pPeers);
+  CHECK_FIELD(c->graphStreamOrdering == UNDEF || c->graphStreamOrdering >= 0, "graphStreamOrdering",
+              c->graphStreamOrdering);
   return ncclSuccess;
 }
 
@@ -86,6 +100,10 @@ static void applyDefaults(const ncclConfig_t* c, struct mendConfig* out) {
   out->nvlsCTAs = c->nvlsCTAs;
   out->nChannelsPerNetPeer = c->nChannelsPerNetPeer;
   out->nvlinkCentricSched = orDefault(c->nvlinkCentricSched, 0);
+  out->graphUsageMode = c->graphUsageMode;
+  out->numRmaCtx = c->numRmaCtx;
+  out->maxP2pPeers = c->maxP2pPeers;
+  out->graphStreamOrdering = c->graphStreamOrdering;
 }
 
 /* One integer override: applied when set and valid, else a warning and the config value stays. */

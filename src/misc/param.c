@@ -226,6 +226,9 @@ static const char* strGet(int i) {
   return v;
 }
 
+int64_t mendParamIntAt(int i) { return i >= 0 && i < PCOUNT && !table[i].isString ? intGet(i) : 0; }
+const char* mendParamStrAt(int i) { return i >= 0 && i < PCOUNT && table[i].isString ? strGet(i) : NULL; }
+
 #define MEND_PARAM_INT(name, env, def, unit, doc) int64_t mendParam##name(void) { return intGet(PIDX_##name); }
 #define MEND_PARAM_STR(name, env, def, unit, doc) const char* mendParam##name(void) { return strGet(PIDX_##name); }
 #include "misc/params.def"

@@ -35,6 +35,10 @@ const struct mendParamInfo* mendParamGet(int i);
 const char* mendGetEnv(const char* name);
 /* Drop cached values (tests that change the environment). */
 void mendParamResetCache(void);
+/* The current value of row i through its cached getter (what mendParamName() returns): an integer
+ * row's value (0 for a bad i or a string row), a string row's value (NULL when unset or not a string row). */
+int64_t mendParamIntAt(int i);
+const char* mendParamStrAt(int i);
 /* Index of the row for variable `env`, or -1. */
 int mendParamFind(const char* env);
 /* Integer syntax of every integer parameter: optional sign, decimal or 0x hex, surrounding blanks.

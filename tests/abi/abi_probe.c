@@ -1,9 +1,10 @@
 /*
- * ABI probe: compiled against NVIDIA's nccl.h (from the CUDA toolkit), linked with -lnccl and run
- * against Mend's libnccl.so.2.  Proves that a program built for NVIDIA's NCCL runs on Mend:
- * the 80-byte config from NVIDIA's initializer is accepted (and configs laid out as older and newer
- * headers do), the version matches, and calls made with NVIDIA's types and enums give the right
- * results.  Prints TAP lines.
+ * ABI probe: compiled against NVIDIA's nccl.h (from the CUDA toolkit: 2.28, 80-byte config) and
+ * against Mend's own nccl.h (2.30, 96-byte config), linked with -lnccl and run against Mend's
+ * libnccl.so.2.  Proves that a program built for NVIDIA's NCCL runs on Mend: the config from the
+ * header's initializer is accepted (and configs laid out as older and newer headers do), the library
+ * is at least the header's version, and calls made with the header's types and enums give the right
+ * results; built on a 2.30 header it also calls the 2.29/2.30 entry points.  Prints TAP lines.
  */
 #include <nccl.h>
 #include <stdio.h>
@@ -27,7 +28,8 @@ static void olderAndNewerConfigs(const ncclUniqueId* uid) {
   const struct { size_t size; unsigned version; const char* name; } cases[] = {
       {72, NCCL_VERSION(2, 27, 7), "abi_config_from_2_27_header"},
       {48, NCCL_VERSION(2, 23, 4), "abi_config_from_2_23_header"},
-      {96, NCCL_VERSION(2, 30, 0), "abi_config_from_newer_header"},
+      {96, NCCL_VERSION(2, 30, 0), "abi_config_from_2_30_header"},
+      {112, NCCL_VERSION(2, 32, 0), "abi_config_from_newer_header"},
   };
   for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
     ncclUniqueId id;
@@ -89,10 +91,33 @@ static void twoRanks(void) {
   }
 }
 
+#if NCCL_VERSION_CODE >= 23000
+/* Built on a 2.30 header: the new entry points resolve and answer (Mend refuses what it does not do). */
+static void api230(void) {
+  ncclComm_t comm = NULL;
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  check(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess, "abi230_init");
+  if (comm == NULL) return;
+  uint64_t total = 1, flag = 1;
+  check(ncclCommSuspend(comm, NCCL_SUSPEND_MEM) == ncclSuccess && ncclCommMemStats(comm, ncclStatGpuMemSuspended,
+        &flag) == ncclSuccess && flag == 1 && ncclCommResume(comm) == ncclSuccess, "abi230_suspend_resume");
+  check(ncclCommMemStats(comm, ncclStatGpuMemTotal, &total) == ncclSuccess, "abi230_mem_stats");
+  ncclParamHandle_t h = NULL;
+  int64_t buffsize = 0;
+  check(ncclParamBind(&h, "NCCL_BUFFSIZE") == ncclSuccess && ncclParamGetI64(h, &buffsize) == ncclSuccess &&
+        buffsize > 0, "abi230_param_by_handle");
+  ncclComm_t grown = NULL;
+  check(ncclCommGrow(comm, 2, NULL, -1, &grown, NULL) == ncclInvalidUsage && grown == NULL, "abi230_grow_refused");
+  check(strlen(ncclGetErrorString(ncclTimeout)) > 0, "abi230_timeout_string");
+  ncclCommDestroy(comm);
+}
+#endif
+
 int main(void) {
   int version = 0;
-  check(ncclGetVersion(&version) == ncclSuccess && version == NCCL_VERSION_CODE, "abi_version_code_matches");
-  check(sizeof(ncclConfig_t) == 80, "abi_nvidia_config_is_80_bytes");
+  check(ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION_CODE, "abi_version_code_at_least_header");
+  check(sizeof(ncclConfig_t) == (NCCL_VERSION_CODE >= 23000 ? 96 : 80), "abi_config_size_of_header");
 
   ncclUniqueId id;
   check(ncclGetUniqueId(&id) == ncclSuccess, "abi_get_unique_id");
@@ -117,5 +142,8 @@ int main(void) {
   check(last != NULL && strstr(last, "NCCL_CONFIG_INITIALIZER") != NULL, "abi_last_error_names_the_problem");
   olderAndNewerConfigs(&id);
   twoRanks();
+#if NCCL_VERSION_CODE >= 23000
+  api230();
+#endif
   return failures ? 1 : 0;
 }

@@ -566,7 +566,7 @@ TEST_F(MiscTest, GetVersion) {
   int v = 0;
   EXPECT_EQ(ncclGetVersion(&v), ncclSuccess);
   EXPECT_EQ(v, NCCL_VERSION_CODE);
-  EXPECT_EQ(v, 22809);
+  EXPECT_EQ(v, 23007);
   EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NULL"), std::string::npos);
   EXPECT_EQ(pncclGetVersion(nullptr), ncclInvalidArgument);
@@ -574,7 +574,7 @@ TEST_F(MiscTest, GetVersion) {
 
 TEST(MiscErrors, ErrorStrings) {
   std::set<std::string> seen;
-  for (int r = ncclSuccess; r <= ncclInProgress; r++) {
+  for (int r = ncclSuccess; r < ncclNumResults; r++) {
     const char* s = ncclGetErrorString((ncclResult_t)r);
     ASSERT_NE(s, nullptr);
     EXPECT_GT(strlen(s), 5u);
@@ -583,7 +583,8 @@ TEST(MiscErrors, ErrorStrings) {
   }
   EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
   EXPECT_NE(std::string(ncclGetErrorString(ncclInProgress)).find("in progress"), std::string::npos);
-  EXPECT_STREQ(ncclGetErrorString((ncclResult_t)8), "unknown result code");
+  EXPECT_NE(std::string(ncclGetErrorString(ncclTimeout)).find("timeout"), std::string::npos);
+  EXPECT_STREQ(ncclGetErrorString((ncclResult_t)9), "unknown result code");
   EXPECT_STREQ(ncclGetErrorString((ncclResult_t)-1), "unknown result code");
   EXPECT_STREQ(ncclGetErrorString((ncclResult_t)1000), "unknown result code");
 }
