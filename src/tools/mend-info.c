@@ -2,7 +2,7 @@
  * mend-info: what this Mend build is and how it is configured.
  *   --params   every registry row: name, type, default, unit, current value, doc
  *   --env      only the parameters that are set (environment or config file)
- *   --version  the version line the library logs at startup
+ *   --version  the version line the library logs at startup, and the API level of its nccl.h
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
       int code = 0;
       ncclGetVersion(&code);
       printf("NCCL version %s (code %d), Mend %s\n", v, code, MEND_VERSION);
+      printf("API level: NCCL %d.%d.%d (nccl.h and exports of that release; unsupported calls return "
+             "ncclInvalidUsage with a WARN)\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     } else if (strcmp(argv[i], "--params") == 0) {
       printParams();
     } else {

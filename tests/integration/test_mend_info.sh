@@ -49,6 +49,8 @@ grep -q '^NCCL_DEBUG_SUBSYS=' "$T/env" && nok env_only_set "NCCL_DEBUG_SUBSYS li
 "$TOOL" --version > "$T/ver"; rc=$?
 [ $rc -eq 0 ] && grep -Eq '^NCCL version 2\.[0-9]+\.[0-9]+.*\+(host|cuda[0-9]+\.[0-9]+) \(code [0-9]+\), Mend ' "$T/ver" \
   && ok version_line || nok version_line "rc=$rc $(cat "$T/ver")"
+api=$(awk '/^NCCL_(MAJOR|MINOR|PATCH)/ {v = v (v ? "." : "") $3} END {print v}' makefiles/version.mk)
+grep -q "^API level: NCCL $api " "$T/ver" && ok version_api_level || nok version_api_level "$(cat "$T/ver")"
 "$TOOL" -h > "$T/h"; rc=$?
 [ $rc -eq 0 ] && grep -q -- '--params' "$T/h" && ok help_exit_0 || nok help_exit_0 "rc=$rc"
 "$TOOL" --bogus > /dev/null 2>&1; rc=$?
