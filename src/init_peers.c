@@ -15,6 +15,7 @@
 #include "misc/cudrv.h"
 #include "misc/debug.h"
 #include "device/engine.h"
+#include "graph/graph.h"
 #include "misc/utils.h"
 #include "transport/transport.h"
 
@@ -137,6 +138,7 @@ ncclResult_t mendInitFinish(struct ncclComm* comm) {
   MENDCHECK(exchangePeerInfo(comm));
   MENDCHECK(hostLayout(comm));
   MENDCHECK(mendTransportInit(comm));
+  MENDCHECK(mendGraphInstallView(comm));
   INFO(NCCL_INIT, "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d commHash 0x%llx - Init COMPLETE",
        (void*)comm, comm->rank, comm->nRanks, comm->nNodes, comm->nLocalRanks, comm->localRank,
        (unsigned long long)comm->commHash);

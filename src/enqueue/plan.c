@@ -12,9 +12,11 @@
 
 #include "checks.h"
 #include "comm.h"
+#include "enqueue/planview.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "plugin/tuner_plugin.h"
+#include "resilience/resil.h"
 #include "transport/transport.h"
 
 #define COLL_ALIGN_BYTES 64 /* channel windows and balanced chunks start on this boundary */
@@ -55,6 +57,8 @@ ncclResult_t mendPlannerAttach(struct ncclComm* comm, const struct mendConnOps* 
 void mendPlannerFree(struct ncclComm* comm) {
   if (comm == NULL || comm->planner == NULL) return;
   if (comm->planner->tuner) mendTunerClose(comm->planner->tuner);
+  mendPlanViewFree(comm->planner->view);
+  mendPlanViewFree(comm->planner->nextView);
   free(comm->planner);
   comm->planner = NULL;
 }
@@ -98,6 +102,13 @@ static ncclResult_t addReq(struct mendPlan* plan, int channel, const struct mend
   r->channel = channel;
   r->dir = p->dir;
   r->connIndex = p->connIndex;
+  r->netDev = -1;
+  struct ncclComm* comm = plan->comm;
+  if (plan->view && comm->planner->connOps->kindOf(comm, p->rank) == MEND_TRANSPORT_NET) {
+    /* The NIC is decided here, once, from the view and the health registry; the transport follows. */
+    uint32_t mine = mendResilUsableMask(comm->resil, comm->rank), theirs = mendResilUsableMask(comm->resil, p->rank);
+    r->netDev = mendPlanViewConnDev(plan->view, channel, mine, theirs);
+  }
   return ncclSuccess;
 }
 
@@ -143,13 +154,14 @@ ncclResult_t mendPlanStage(struct mendPlan* plan, void* dst, const void* src, si
 /* ---- collectives ---- */
 
 /* A tree from the graph layer when the channel has one, else a double binary tree on the ring. */
-static void channelTree(struct ncclComm* comm, int c, int* up, int down[MEND_MAX_TREE_ARITY], int* nDown) {
-  const struct mendChannel* ch = comm->channels + c;
+static void channelTree(struct ncclComm* comm, const struct mendPlanView* view, int c, int* up,
+                        int down[MEND_MAX_TREE_ARITY], int* nDown) {
+  const struct mendViewChannel* ch = view->ch + c;
   int n = comm->nRanks, valid = 0, ok = 1;
-  if (ch->tree.up >= -1 && ch->tree.up < n && ch->tree.up != comm->rank) {
-    valid = ch->tree.up >= 0;
+  if (ch->treeUp >= -1 && ch->treeUp < n && ch->treeUp != comm->rank) {
+    valid = ch->treeUp >= 0;
     for (int i = 0; i < MEND_MAX_TREE_ARITY; i++) {
-      int d = ch->tree.down[i];
+      int d = ch->treeDown[i];
       if (d < -1 || d >= n || d == comm->rank) ok = 0;
       if (d >= 0) valid = 1;
     }
@@ -157,27 +169,27 @@ static void channelTree(struct ncclComm* comm, int c, int* up, int down[MEND_MAX
     ok = 0;
   }
   if (ok && valid) {
-    *up = ch->tree.up;
-    memcpy(down, ch->tree.down, sizeof(int) * MEND_MAX_TREE_ARITY);
+    *up = ch->treeUp;
+    memcpy(down, ch->treeDown, sizeof(int) * MEND_MAX_TREE_ARITY);
     *nDown = MEND_MAX_TREE_ARITY;
     return;
   }
   int pu, pd[2];
-  mendTreeDoubleBinary(n, ch->ring.index, c % 2, &pu, pd);
-  *up = pu < 0 ? -1 : ch->ring.userRanks[pu];
-  for (int i = 0; i < 2; i++) down[i] = pd[i] < 0 ? -1 : ch->ring.userRanks[pd[i]];
+  mendTreeDoubleBinary(n, ch->ringIndex, c % 2, &pu, pd);
+  *up = pu < 0 ? -1 : ch->ring[pu];
+  for (int i = 0; i < 2; i++) down[i] = pd[i] < 0 ? -1 : ch->ring[pd[i]];
   *nDown = 2;
 }
 
-static ncclResult_t collProgram(struct ncclComm* comm, const struct mendOp* op, int algo, int c,
-                                struct mendProgram** prog) {
-  const struct mendRing* ring = &comm->channels[c].ring;
+static ncclResult_t collProgram(struct ncclComm* comm, const struct mendPlanView* view, const struct mendOp* op,
+                                int algo, int c, struct mendProgram** prog) {
+  const struct mendViewChannel* ch = view->ch + c;
   if (algo == MEND_ALGO_TREE && op->func == MEND_FUNC_ALLREDUCE && comm->nRanks > 1) {
     int up, down[MEND_MAX_TREE_ARITY], nDown;
-    channelTree(comm, c, &up, down, &nDown);
+    channelTree(comm, view, c, &up, down, &nDown);
     return mendGenTreeAllReduce(up, down, nDown, prog);
   }
-  return mendGenRing(op->func, comm->nRanks, ring->userRanks, ring->index, op->root, prog);
+  return mendGenRing(op->func, comm->nRanks, ch->ring, ch->ringIndex, op->root, prog);
 }
 
 static ncclResult_t planColl(struct mendPlan* plan, struct mendPlanner* pl, const struct mendOp* op, int opIndex) {
@@ -200,7 +212,7 @@ static ncclResult_t planColl(struct mendPlan* plan, struct mendPlanner* pl, cons
   };
   for (int c = 0; c < ch.nChannels && (size_t)c * part < op->count; c++) {
     struct mendProgram* prog;
-    MENDCHECK(collProgram(comm, op, ch.algo, c, &prog));
+    MENDCHECK(collProgram(comm, plan->view, op, ch.algo, c, &prog));
     args.offset = (size_t)c * part;
     args.count = op->count - args.offset < part ? op->count - args.offset : part;
     MENDCHECK(addWork(plan, opIndex, c, prog, &args));
@@ -309,6 +321,11 @@ static ncclResult_t planOp(struct mendPlan* plan, struct mendPlanner* pl, const 
 }
 
 ncclResult_t mendPlanBuild(struct ncclComm* comm, const struct mendOp* ops, int nOps, struct mendPlan** out) {
+  return mendPlanBuildView(comm, NULL, ops, nOps, out);
+}
+
+ncclResult_t mendPlanBuildView(struct ncclComm* comm, const struct mendPlanView* view, const struct mendOp* ops,
+                               int nOps, struct mendPlan** out) {
   ncclResult_t res;
   struct mendPlanner* pl;
   MENDCHECK(mendPlannerGet(comm, &pl));
@@ -316,7 +333,15 @@ ncclResult_t mendPlanBuild(struct ncclComm* comm, const struct mendOp* ops, int 
   MENDCHECK(MENDCALLOC(plan, 1));
   plan->comm = comm;
   MENDCHECKGOTO(planSelf(plan, ops, nOps), res, fail_free_plan);
-  for (int i = 0; i < nOps; i++) MENDCHECKGOTO(planOp(plan, pl, ops + i, i), res, fail_free_plan);
+  for (int i = 0; i < nOps; i++) {
+    plan->view = view;
+    if (view == NULL) MENDCHECKGOTO(mendPlannerViewAt(comm, ops[i].opCount, &plan->view), res, fail_free_plan);
+    TRACE(NCCL_TUNING, "%s: opCount %llu rank %d plan view epoch %u hash %016llx", mendFuncName(ops[i].func),
+          (unsigned long long)ops[i].opCount, comm->rank, plan->view->epoch,
+          (unsigned long long)mendPlanViewOpHash(plan->view, ops[i].opCount));
+    MENDCHECKGOTO(planOp(plan, pl, ops + i, i), res, fail_free_plan);
+  }
+  plan->view = NULL; /* the planner may replace it after this call */
   *out = plan;
   return ncclSuccess;
 fail_free_plan:

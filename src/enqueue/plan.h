@@ -26,6 +26,7 @@ struct ncclComm;
 struct mendConnector;
 struct mendConnReq;
 struct mendTuner;
+struct mendPlanView;
 
 /* One call of the API, as queued by the group until ncclGroupEnd. */
 struct mendOp {
@@ -59,6 +60,8 @@ struct mendPlanner {
   uint32_t protoMask[MEND_NFUNCS];   /* allowed protocols (bit = NCCL protocol number) per function */
   int tunerTried;                    /* the tuner plugin was looked for */
   struct mendTuner* tuner;           /* external tuner plugin, NULL when none */
+  struct mendPlanView* view;         /* plan view in force (planview.h), NULL until set or first use */
+  struct mendPlanView* nextView;     /* view that takes over at its fromOp, NULL when none */
 };
 
 /* Per-op choice (tuning.c). */
@@ -85,6 +88,7 @@ struct mendPlan {
   double estUs;                  /* sum of the ops' estimates */
   void* joins[MEND_MAX_JOIN_STREAMS]; /* streams of the ops beyond the first op's (device mode) */
   int nJoins;                    /* how many */
+  const struct mendPlanView* view;/* view of the op being planned (rings, trees, NICs) */
 };
 
 /* Planner state of a communicator, created on first use with the transport's connectors. */
@@ -94,7 +98,11 @@ ncclResult_t mendPlannerAttach(struct ncclComm* comm, const struct mendConnOps* 
 /* Release comm->planner (communicator destroy). */
 void mendPlannerFree(struct ncclComm* comm);
 
+/* Plan ops, each under the plan view in force for its opCount (mendPlannerViewAt). */
 ncclResult_t mendPlanBuild(struct ncclComm* comm, const struct mendOp* ops, int nOps, struct mendPlan** plan);
+/* Plan ops under `view` (NULL: as mendPlanBuild).  Tests compare plans of different views. */
+ncclResult_t mendPlanBuildView(struct ncclComm* comm, const struct mendPlanView* view, const struct mendOp* ops,
+                               int nOps, struct mendPlan** plan);
 /* Drop the requests already connected; returns how many remain (does not block). */
 int mendPlanPendingConns(struct mendPlan* plan);
 ncclResult_t mendPlanConnect(struct mendPlan* plan);

@@ -45,6 +45,8 @@ struct mendGraphShape {
 /* topo.c: NICs of this rank from `net` (may be NULL: no NICs) plus sysfs NUMA/PCI distances. */
 ncclResult_t mendTopoDiscover(struct ncclComm* comm, const mendNet_t* net, struct mendTopo** topo);
 void mendTopoFree(struct mendTopo* topo);
+/* Fill topo->nicOrder: devices by distance, closest first, ties in device order (stable). */
+void mendTopoSortNics(struct mendTopo* topo);
 /* Up to `max` Net devices of this rank, closest first (the resilient net's failover order). */
 int mendTopoNicOrder(struct ncclComm* comm, int* devs, int max);
 
@@ -71,5 +73,13 @@ int mendGraphNetDev(int channel, int nNics, const int* nicOrder, int crossNic);
 ncclResult_t mendGraphSetup(struct ncclComm* comm, int nNicsMax);
 /* Free what mendGraphSetup allocated (ring orders). */
 void mendGraphFree(struct ncclComm* comm);
+
+/* view.c */
+struct mendPlanView;
+/* The first plan view of comm (epoch 0, from op 0): mendGraphSetup's rings, trees and NICs, and this
+ * rank's NICs in topology order (the failover order). */
+ncclResult_t mendGraphPlanView(struct ncclComm* comm, struct mendPlanView** view);
+/* Build it and hand it to comm's planner (init, after the transport's graph set-up). */
+ncclResult_t mendGraphInstallView(struct ncclComm* comm);
 
 #endif

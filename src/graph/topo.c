@@ -83,7 +83,7 @@ static void describeNic(struct mendTopo* topo, const char* gpuPath, int dev, con
   nic->dist = numaCost + (havePath && gpuPath[0] ? pciHops(sys, gpuPath) : 0);
 }
 
-static void sortNics(struct mendTopo* topo) {
+void mendTopoSortNics(struct mendTopo* topo) {
   for (int i = 0; i < topo->nNics; i++) topo->nicOrder[i] = i;
   /* Insertion sort, stable: ties keep the Net's device order. */
   for (int i = 1; i < topo->nNics; i++) {
@@ -132,7 +132,7 @@ ncclResult_t mendTopoDiscover(struct ncclComm* comm, const mendNet_t* net, struc
     describeNic(topo, gpuPath, dev, &props);
     topo->nNics++;
   }
-  sortNics(topo);
+  mendTopoSortNics(topo);
   for (int i = 0; i < topo->nNics; i++) {
     const struct mendTopoNic* nic = topo->nics + topo->nicOrder[i];
     INFO(NCCL_GRAPH, "NIC order %d: dev %d %s (NUMA %d, distance %d, %d Mbps)", i, nic->dev, nic->name,

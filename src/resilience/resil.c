@@ -139,18 +139,11 @@ int mendResilDevUsable(struct mendResil* r, int rank, int dev) {
   return mendHealthState(&r->health, rank, dev) != MEND_NIC_DOWN;
 }
 
-int mendResilPickDev(struct mendResil* r, int peer, int dev, int nDevs) {
-  if (!r || nDevs <= 1) return dev;
-  for (int k = 0; k < nDevs; k++) {
-    int d = (dev + k) % nDevs;
-    if (mendResilDevUsable(r, r->rank, d) && mendResilDevUsable(r, peer, d)) {
-      if (d != dev)
-        INFO(MEND_RESIL | NCCL_NET, "NET/Resilient: rank %d: a new connection with rank %d starts on device %d, not %d "
-             "(down at one end)", r->rank, peer, d, dev);
-      return d;
-    }
-  }
-  return dev;
+uint32_t mendResilUsableMask(struct mendResil* r, int rank) {
+  if (!r) return UINT32_MAX;
+  uint32_t mask = 0;
+  for (int d = 0; d < 32; d++) mask |= (uint32_t)(mendResilDevUsable(r, rank, d) != 0) << d;
+  return mask;
 }
 
 void mendResilNicUp(struct mendResil* r, int rank, int dev) {

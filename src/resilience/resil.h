@@ -54,9 +54,9 @@ int mendResilLinkUp(struct mendResil* r, int dev);
 /* Can rank's device carry a new path?  0 when it is ours and its link is down, or when the registry
  * says it is down; 1 otherwise (also without a service). */
 int mendResilDevUsable(struct mendResil* r, int rank, int dev);
-/* The device a new connection with `peer` should start on: `dev` (the channel's rail) unless it is
- * unusable at either end, then the next usable one in rail order; `dev` when none is. */
-int mendResilPickDev(struct mendResil* r, int peer, int dev, int nDevs);
+/* Bit d set when rank's device d can carry a new path (mendResilDevUsable); all bits without a
+ * service.  The planner's plan view picks the NIC of a new connection from these masks. */
+uint32_t mendResilUsableMask(struct mendResil* r, int rank);
 /* A NIC works again (a path over it was rebuilt): mark it up in the registry and tell every rank,
  * unless the registry says so already. */
 void mendResilNicUp(struct mendResil* r, int rank, int dev);

@@ -17,7 +17,6 @@
 #include "misc/cudrv.h"
 #include "misc/utils.h"
 #include "proxy.h"
-#include "resilience/resil.h"
 
 struct netConn {
   struct mendProxyConn pc;            /* first: the proxy's handle on us */
@@ -121,14 +120,18 @@ static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, 
   nc->conn = conn;
   nc->net = t->net;
   nc->ctx = t->netCtx;
-  nc->dev = comm->channels[conn->channel].netDev;
-  if (nc->dev < 0 || nc->dev >= MEND_TOPO_MAX_NICS) {
-    WARN("NET: channel %d of rank %d has no NIC", conn->channel, comm->rank);
+  /* The NIC was decided once, by the planner from its plan view and the health registry (a NIC down
+   * at either end does not start a new connection); requests made without one use the channel's. */
+  nc->dev = conn->netDev >= 0 ? conn->netDev : comm->channels[conn->channel].netDev;
+  if (nc->dev < 0 || nc->dev >= MEND_TOPO_MAX_NICS || !comm->topo || nc->dev >= comm->topo->nNics) {
+    WARN("NET: channel %d of rank %d has no NIC (device %d of %d)", conn->channel, comm->rank, nc->dev,
+         comm->topo ? comm->topo->nNics : 0);
     return ncclInternalError;
   }
-  /* Resilient: a NIC that is down at either end does not start a new connection (the receiver's
-   * choice travels in its handle; the sender follows it). */
-  if (t->baseNet && comm->resil) nc->dev = mendResilPickDev(comm->resil, conn->peer, nc->dev, comm->topo->nNics);
+  if (nc->dev != comm->channels[conn->channel].netDev)
+    INFO(MEND_RESIL | NCCL_NET, "NET: rank %d: channel %d %s rank %d starts on device %d, not %d (down at one end)",
+         comm->rank, conn->channel, conn->dir == MEND_SEND ? "to" : "from", conn->peer, nc->dev,
+         comm->channels[conn->channel].netDev);
   nc->pc.progress = conn->dir == MEND_SEND ? sendProgress : recvProgress;
   nc->pc.error = &conn->error;
   nc->nicBytes = conn->dir == MEND_SEND ? &t->nicTx[nc->dev] : &t->nicRx[nc->dev];

@@ -45,6 +45,7 @@ struct mendConnector {
   int channel;              /* channel index */
   int dir;                  /* enum mendConnDir: which end of the FIFO we are */
   int connIndex;            /* MEND_CONN_COLL or MEND_CONN_P2P */
+  int netDev;               /* net: the NIC the connection starts on, from its request */
   int kind;                 /* enum mendTransportKind */
   int connected;            /* 1 once usable */
   struct mendFifo* fifo;    /* head/tail this end reads and writes */
@@ -66,6 +67,8 @@ struct mendConnReq {
   int channel;    /* channel index */
   int dir;        /* enum mendConnDir */
   int connIndex;  /* MEND_CONN_COLL or MEND_CONN_P2P */
+  int netDev;     /* net: the NIC to start on, decided by the planner from its plan view (the receiver's
+                   * choice wins: it travels in the listen handle); -1: the channel's NIC */
 };
 
 struct ncclComm;

@@ -56,6 +56,7 @@ static ncclResult_t getConnector(struct ncclComm* comm, const struct mendConnReq
     conn->nSlots = MEND_FIFO_SLOTS;
     (*slice)[r->peer] = conn;
   }
+  if (!conn->connected) conn->netDev = r->netDev; /* a retry after a failed call may start elsewhere */
   *out = conn;
 unlock:
   pthread_mutex_unlock(&t->lock);

@@ -1,0 +1,83 @@
+/*
+ * The plan view: everything a plan depends on besides the call's own arguments, as one versioned
+ * value.  Per channel: the ring order, this rank's place in the channel's tree, its NIC and its
+ * weight; plus this rank's failover order of NICs (nearest first).  An epoch and the op count from
+ * which it holds make it a version: the graph layer builds the first one at init
+ * (mendGraphPlanView), the planner owns the view in force (mendPlannerSetView), and a later view
+ * (the resilience layer's, after a health change) takes effect at an op count every rank agreed
+ * on, so every rank runs the same plan for the same op.  Plain C (C++ tests include it).
+ */
+#ifndef MEND_ENQUEUE_PLANVIEW_H_
+#define MEND_ENQUEUE_PLANVIEW_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MEND_VIEW_MAX_CHANNELS 64 /* = MEND_MAXCHANNELS (checked in planview.c) */
+#define MEND_VIEW_MAX_NICS 32     /* = MEND_TOPO_MAX_NICS: NICs of one rank a view can name */
+#define MEND_VIEW_TREE_ARITY 3    /* = MEND_MAX_TREE_ARITY */
+
+struct ncclComm;
+
+/* One channel as a plan sees it. */
+struct mendViewChannel {
+  int* ring;                          /* ring order, nRanks ranks (points into the view's storage) */
+  int ringIndex;                      /* this rank's position in `ring` */
+  int treeUp;                         /* tree parent, -1 at the root or when the channel has no tree */
+  int treeDown[MEND_VIEW_TREE_ARITY]; /* tree children, -1 when absent */
+  int treeDepth;                      /* tree depth (0: no tree: the planner derives one from the ring) */
+  int netDev;                         /* this rank's NIC for the channel's inter-host traffic, -1: none */
+  int weight;                         /* relative share of a collective's data (equal: an even split) */
+};
+
+struct mendPlanView {
+  uint32_t epoch;                          /* version: 0 for the graph's view, +1 per replacement */
+  uint64_t fromOp;                         /* first collective sequence number (comm->collSeq) it holds for */
+  int nRanks;                              /* ranks of the communicator */
+  int rank;                                /* whose view (trees, NICs and NIC order are this rank's) */
+  int nChannels;                           /* channels */
+  int nNics;                               /* this rank's NICs (0: no net) */
+  int nicOrder[MEND_VIEW_MAX_NICS];        /* failover order of this rank's NICs, nearest first */
+  struct mendViewChannel ch[MEND_VIEW_MAX_CHANNELS]; /* per channel */
+  int* rings;                              /* storage of every channel's ring (nChannels x nRanks) */
+  uint64_t hash;                           /* of what all ranks share (mendPlanViewSeal) */
+};
+
+/* A view with nChannels channels of nRanks ranks: rings unset (-1), no trees, no NICs, weights 1. */
+ncclResult_t mendPlanViewCreate(int nRanks, int rank, int nChannels, struct mendPlanView** view);
+void mendPlanViewFree(struct mendPlanView* view);
+/* A copy of `src` as version (epoch, fromOp), for a replacement to edit (hash left to reseal). */
+ncclResult_t mendPlanViewCopy(const struct mendPlanView* src, uint32_t epoch, uint64_t fromOp,
+                              struct mendPlanView** view);
+/* Snapshot of comm->channels (rings, trees, NICs), NICs in device order: the view of a communicator
+ * whose graph layer built none (the loopback world of tests).  Sealed. */
+ncclResult_t mendPlanViewFromChannels(struct ncclComm* comm, struct mendPlanView** view);
+/* Check the view (rings are permutations holding this rank at ringIndex, NICs in range, weights > 0)
+ * and compute its hash over what every rank shares: epoch, fromOp, shape, rings, weights.  Trees,
+ * NICs and the NIC order are this rank's own and left out, so every rank of a world gets one hash. */
+ncclResult_t mendPlanViewSeal(struct mendPlanView* view);
+/* The hash that identifies the plan of op `opCount` under `view` (logged at TRACE, TUNING). */
+uint64_t mendPlanViewOpHash(const struct mendPlanView* view, uint64_t opCount);
+/* The NIC a new connection of `channel` starts on: the channel's NIC when usable at both ends, else
+ * the first of the failover order usable at both ends, else the channel's NIC.  myMask / peerMask:
+ * bit d set when NIC d of this rank / of the peer can carry a new path (the health registry). */
+int mendPlanViewConnDev(const struct mendPlanView* view, int channel, uint32_t myMask, uint32_t peerMask);
+
+/* ---- the planner's ownership (planview.c) ---- */
+/* Hand `view` (sealed) to the planner of comm: in force at once when the planner has none, else from
+ * view->fromOp on (an earlier pending view is dropped).  The planner frees it. */
+ncclResult_t mendPlannerSetView(struct ncclComm* comm, struct mendPlanView* view);
+/* The view in force for op `opCount`: adopts the pending view when opCount reached its fromOp;
+ * makes one from comm->channels when none was set. */
+ncclResult_t mendPlannerViewAt(struct ncclComm* comm, uint64_t opCount, const struct mendPlanView** view);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
