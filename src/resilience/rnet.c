@@ -30,6 +30,18 @@ int mendRnetEnabled(int nNicsMax) {
   return nNicsMax >= 2;
 }
 
+ncclResult_t mendRnetSetOrder(void* vctx, const int* order, int n) {
+  struct rnetCtx* ctx = vctx;
+  MENDARGCHECK(ctx && (order || n == 0) && n >= 0, ncclInvalidArgument, "NET/Resilient: set order: bad argument");
+  int k = 0;
+  for (int i = 0; i < n && k < MEND_RNET_MAX_PATHS; i++) {
+    if (order[i] < 0 || order[i] >= ctx->nDevs || order[i] >= MEND_RNET_MAX_PATHS) continue;
+    ctx->order[k++] = (int8_t)order[i];
+  }
+  ctx->nOrder = k;
+  return ncclSuccess;
+}
+
 ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct ncclComm* comm, void** out) {
   MENDARGCHECK(base != NULL && out != NULL, ncclInvalidArgument, "NET/Resilient: no base Net or no ctx pointer");
   *out = NULL;

@@ -32,6 +32,11 @@ struct ncclComm;
  * and the service watches links, probes and fails back. */
 ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct ncclComm* comm, void** ctx);
 
+/* The failover order of this context's devices, nearest first (the topology's PCIe/NUMA order): a
+ * connection's chain is its primary, then the receiver's order.  Without one, chains rotate from the
+ * primary device.  Call before the first connection. */
+ncclResult_t mendRnetSetOrder(void* ctx, const int* order, int n);
+
 /* Is resilience on for this communicator?  MEND_RESILIENCE: 1 on, 0 off, -2 auto (on when the most
  * NICs any rank has is 2 or more, the same answer on every rank). */
 int mendRnetEnabled(int nNicsMax);

@@ -7,8 +7,10 @@
  *             connect the other paths' data comms and accept their ctrl comms.
  *   receiver: accept path 0's data comm, receive the sender's hello, connect every path's ctrl comm,
  *             send our hello on path 0's ctrl comm, accept the other paths' data comms.
- * Path i pairs local device (primary + i) % nDevs with the peer's (peerPrimary + i) % peerDevs, i < the
- * smaller device count, so both ends build the same chain and rails pair up when primaries match.
+ * Path 0 pairs the two primaries (the sender follows the receiver's choice, so they match).  The
+ * failover chain after it is the receiver's order (its hello carries the topology's order, nearest
+ * NIC first; without one, a rotation from the primary), over the devices both ends have, each path
+ * pairing the same device index at both ends (rails).  Both ends compute it from the same hellos.
  */
 #include "resilience/rnet_priv.h"
 
@@ -116,6 +118,8 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   me->primary = primary;
   me->rank = ctx->rank;
   me->connId = rc->connId;
+  me->nOrder = ctx->nOrder;
+  memcpy(me->order, ctx->order, sizeof(me->order));
   *out = rc;
   return ncclSuccess;
 }
@@ -124,6 +128,21 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
 static int64_t backupBoundMs(void) {
   int64_t b = 4 * mendParamProbeTimeout();
   return b < 3000 ? 3000 : b;
+}
+
+/* Devices of the failover chain after path 0, in the receiver's order, each below n (both ends have
+ * it) and not a primary; returns how many. */
+static int chainAfterPrimary(const struct rnetHello* recv, int n, int p0a, int p0b, int* devs) {
+  int k = 0, nOrder = recv->nOrder > 0 && recv->nOrder <= MEND_RNET_MAX_PATHS ? recv->nOrder : 0;
+  int m = nOrder ? nOrder : n;
+  for (int i = 0; i < m && k < MEND_RNET_MAX_PATHS - 1; i++) {
+    int d = nOrder ? recv->order[i] : (recv->primary + 1 + i) % n;
+    if (d < 0 || d >= n || d == p0a || d == p0b) continue;
+    int dup = 0;
+    for (int j = 0; j < k; j++) dup |= devs[j] == d;
+    if (!dup) devs[k++] = d;
+  }
+  return k;
 }
 
 /* Check the peer's hello and lay out the paths (both ends compute the same chain). */
@@ -137,11 +156,13 @@ static ncclResult_t planPaths(struct rnetComm* rc, int myPrimary, int myDevs, ui
   }
   rc->peerRank = peer->rank;
   rc->peerConnId = peer->connId;
-  rc->nPaths = myDevs < peer->nDevs ? myDevs : peer->nDevs;
+  int n = myDevs < peer->nDevs ? myDevs : peer->nDevs, chain[MEND_RNET_MAX_PATHS];
+  const struct rnetHello* recv = rc->isSend ? peer : &rc->area->mine;
+  rc->nPaths = 1 + chainAfterPrimary(recv, n, myPrimary, peer->primary, chain);
   for (int i = 0; i < rc->nPaths; i++) {
     struct rnetPath* path = rc->paths + i;
-    path->localDev = (myPrimary + i) % myDevs;
-    path->remoteDev = (peer->primary + i) % peer->nDevs;
+    path->localDev = i == 0 ? myPrimary : chain[i - 1];
+    path->remoteDev = i == 0 ? peer->primary : chain[i - 1];
     memcpy(path->handle, peer->handles[path->remoteDev], MEND_NET_HANDLE_MAXSIZE);
     int usable = ((peer->validMask >> path->remoteDev) & 1) && ((myMask >> path->localDev) & 1);
     /* A NIC known down at either end would only stall the set-up (the primary is chosen usable). */

@@ -48,7 +48,8 @@ struct rnetHello {
   int32_t rank;                                          /* the writer's rank (-1: not attached) */
   uint64_t connId;                                       /* the writer's id of this connection (OOB notices) */
   uint32_t validMask;                                    /* bit d: handles[d] and probe[d] are usable */
-  uint32_t pad;                                          /* keeps what follows aligned */
+  int32_t nOrder;                                        /* entries of order (0: none, rotate from primary) */
+  int8_t order[MEND_RNET_MAX_PATHS];                     /* the writer's failover order (topology), nearest first */
   union mendSocketAddr probe[MEND_RNET_MAX_PATHS];       /* the writer's probe address per device */
   char handles[MEND_RNET_MAX_PATHS][MEND_NET_HANDLE_MAXSIZE]; /* the writer's listen handle per device */
 };
@@ -228,6 +229,8 @@ struct rnetCtx {
   void* baseCtx;                 /* its context */
   int ownBaseCtx;                /* we made baseCtx (init) and finalize it */
   int nDevs;                     /* base devices */
+  int nOrder;                    /* entries of order (0: none: chains rotate from the primary) */
+  int8_t order[MEND_RNET_MAX_PATHS]; /* failover order of our devices, nearest first (mendRnetSetOrder) */
   struct ncclComm* comm;         /* communicator for OOB signals (NULL in tests: no OOB) */
   int rank;                      /* our rank, -1 when not attached */
   pthread_mutex_t lock;          /* protects `comms` */

@@ -153,6 +153,10 @@ static ncclResult_t initResil(struct ncclComm* comm) {
   MENDCHECK(mendResilCreate(comm, t->net, wake, &comm->resil));
   void* ctx = NULL;
   MENDCHECK(mendRnetCtxCreate(t->net, t->netCtx, comm, &ctx));
+  /* Failover chains follow the topology (PCIe/NUMA distance): a backup is the nearest NIC. */
+  int order[MEND_TOPO_MAX_NICS];
+  int nOrder = mendTopoNicOrder(comm, order, MEND_TOPO_MAX_NICS);
+  MENDCHECK(mendRnetSetOrder(ctx, order, nOrder));
   mendResilAttach(comm->resil, ctx);
   t->baseNet = t->net;
   t->baseCtx = t->netCtx;

@@ -276,6 +276,24 @@ TEST_F(RnetTest, HandshakeBuildsOnePathPerDevice) {
   EXPECT_EQ(s.dead, 0);
 }
 
+// With the topology's order (nearest NIC first) the chain is the primary, then that order: device 0
+// before device 2, where the rotation of the test above gives 2 first.
+TEST_F(RnetTest, ChainFollowsTheTopologyOrder) {
+  const int order[3] = {0, 2, 1};
+  ASSERT_EQ(mendRnetSetOrder(ctx_, order, 3), ncclSuccess);
+  Connect(1);
+  mendRnetStats s = Stats(sc_), r = Stats(rc_);
+  ASSERT_EQ(s.nPaths, 3);
+  ASSERT_EQ(r.nPaths, 3);
+  int want[3] = {1, 0, 2};
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(s.localDev[i], want[i]) << "sender path " << i;
+    EXPECT_EQ(r.localDev[i], want[i]) << "receiver path " << i << ": rails pair the same device";
+  }
+  ASSERT_NO_FATAL_FAILURE(StreamAll(50, [&](int k) { if (k == 20) mendRnetKillPath(sc_, 0); }));
+  EXPECT_EQ(Stats(sc_).active, 1) << "the primary's backup is the nearest NIC";
+}
+
 TEST_F(RnetTest, OrderedExactNoFault) {
   Connect();
   ASSERT_NO_FATAL_FAILURE(StreamAll(400));
