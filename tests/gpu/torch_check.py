@@ -57,6 +57,18 @@ def expected_library():
     return os.path.realpath(lib) if lib else None
 
 
+def mend_version():
+    """(major, minor, patch) of the NCCL API Mend reports: NCCL_MAJOR/MINOR/PATCH of its nccl.h."""
+    header = os.path.join(os.environ.get("MEND_BUILDDIR", "build"), "include", "nccl.h")
+    parts = {}
+    with open(header) as f:
+        for line in f:
+            words = line.split()
+            if len(words) >= 3 and words[0] == "#define" and words[1] in ("NCCL_MAJOR", "NCCL_MINOR", "NCCL_PATCH"):
+                parts[words[1]] = int(words[2])
+    return (parts.get("NCCL_MAJOR"), parts.get("NCCL_MINOR"), parts.get("NCCL_PATCH"))
+
+
 def file_of(addr):
     """The file mapped at address addr in this process, or None."""
     with open("/proc/self/maps") as f:
@@ -143,8 +155,9 @@ class Rank:
         # Mend prints its banner in every process, NVIDIA's NCCL on rank 0 only: rank 0 must have it.
         self.check("mend_banner_rank0", lambda: None if self.rank != 0 or "-mend" in banner else
                    "no 'NCCL version ...-mend' line at init (NCCL_DEBUG=WARN); got %r" % banner[:300])
-        self.check("mend_version", lambda: None if tuple(version)[:3] == (2, 28, 9) else
-                   "torch.cuda.nccl.version() = %s, want (2, 28, 9)" % (version,))
+        want_version = mend_version()
+        self.check("mend_version", lambda: None if tuple(version)[:3] == want_version else
+                   "torch.cuda.nccl.version() = %s, want %s (Mend's nccl.h)" % (version, want_version))
 
     # ---- collectives
 
