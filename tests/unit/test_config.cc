@@ -1,9 +1,10 @@
 // ncclConfig_t acceptance (src/init_config.c) as NCCL does it (ABI facts 3.3): configs written by
-// older and newer headers (synthetic structs of 24/40/48/72/80/96 bytes, allocated at exactly that
+// older and newer headers (synthetic structs of 24/40/48/72/80/88/96/112 bytes, allocated at exactly that
 // size so a read past the caller's size is caught by ASan), version resets, magic, validation,
 // defaults, environment overrides, and inheritance for split/shrink.
 #include <gtest/gtest.h>
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,8 @@ const char* kEnv[] = {"NCCL_COMM_BLOCKING", "NCCL_CGA_CLUSTER_SIZE", "NCCL_MIN_C
 enum Off {
   kSize = 0, kMagic = 8, kVersion = 12, kBlocking = 16, kCga = 20, kMinCTAs = 24, kMaxCTAs = 28, kNetName = 32,
   kSplitShare = 40, kTrafficClass = 44, kCommName = 48, kCollnet = 56, kCTAPolicy = 60, kShrinkShare = 64,
-  kNvlsCTAs = 68, kNChannelsPerNetPeer = 72, kNvlinkCentric = 76, kGraphUsageMode = 80, kMaxP2pPeers = 88
+  kNvlsCTAs = 68, kNChannelsPerNetPeer = 72, kNvlinkCentric = 76, kGraphUsageMode = 80, kNumRmaCtx = 84,
+  kMaxP2pPeers = 88, kGraphStreamOrdering = 92, kPast2_30 = 96
 };
 
 // A config as a header of `size` bytes and `version` would lay it out, every field UNDEF.
@@ -82,11 +84,25 @@ TEST_F(ConfigTest, NullMeansDefaults) {
   EXPECT_EQ(out.nvlsCTAs, U);
   EXPECT_EQ(out.nChannelsPerNetPeer, U);
   EXPECT_EQ(out.nvlinkCentricSched, 0);
+  EXPECT_EQ(out.graphUsageMode, U);
+  EXPECT_EQ(out.numRmaCtx, U);
+  EXPECT_EQ(out.maxP2pPeers, U);
+  EXPECT_EQ(out.graphStreamOrdering, U);
 }
 
 TEST_F(ConfigTest, CurrentHeader) {
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  EXPECT_EQ(sizeof(c), 80u);
+  EXPECT_EQ(sizeof(c), 96u);
+  EXPECT_EQ(c.magic, (unsigned)NCCL_API_MAGIC);
+  EXPECT_EQ(c.version, (unsigned)NCCL_VERSION(2, 30, 7));
+  EXPECT_EQ(offsetof(ncclConfig_t, graphUsageMode), (size_t)kGraphUsageMode);
+  EXPECT_EQ(offsetof(ncclConfig_t, numRmaCtx), (size_t)kNumRmaCtx);
+  EXPECT_EQ(offsetof(ncclConfig_t, maxP2pPeers), (size_t)kMaxP2pPeers);
+  EXPECT_EQ(offsetof(ncclConfig_t, graphStreamOrdering), (size_t)kGraphStreamOrdering);
+  c.graphUsageMode = 1;
+  c.numRmaCtx = 2;
+  c.maxP2pPeers = 8;
+  c.graphStreamOrdering = 0;
   c.blocking = 0;
   c.cgaClusterSize = 2;
   c.minCTAs = 2;
@@ -108,6 +124,10 @@ TEST_F(ConfigTest, CurrentHeader) {
   EXPECT_EQ(out.CTAPolicy, NCCL_CTA_POLICY_ZERO);
   EXPECT_EQ(out.nChannelsPerNetPeer, 4);
   EXPECT_EQ(out.nvlinkCentricSched, 1);
+  EXPECT_EQ(out.graphUsageMode, 1);
+  EXPECT_EQ(out.numRmaCtx, 2);
+  EXPECT_EQ(out.maxP2pPeers, 8);
+  EXPECT_EQ(out.graphStreamOrdering, 0);
 }
 
 TEST_F(ConfigTest, Size24From2_14) {
@@ -167,15 +187,63 @@ TEST_F(ConfigTest, Size72From2_27) {
   EXPECT_EQ(out.nvlinkCentricSched, 0);
 }
 
-TEST_F(ConfigTest, Size96FromNewerHeader) {
+TEST_F(ConfigTest, Size48From2_23) {
+  RawConfig r(48, NCCL_VERSION(2, 23, 4));
+  r.Int(kBlocking, 0);
+  r.Int(kSplitShare, 1);
+  ASSERT_EQ(mendConfigParse(r.cfg(), nullptr, &out), ncclSuccess);
+  EXPECT_EQ(out.blocking, 0);
+  EXPECT_EQ(out.splitShare, 1);
+  EXPECT_STREQ(out.commName, "");  // beyond 48 bytes
+  EXPECT_EQ(out.graphUsageMode, U);
+}
+
+TEST_F(ConfigTest, Size80From2_28) {
+  RawConfig r(80, NCCL_VERSION(2, 28, 9));
+  r.Int(kNChannelsPerNetPeer, 2);
+  r.Int(kNvlinkCentric, 1);
+  ASSERT_EQ(mendConfigParse(r.cfg(), nullptr, &out), ncclSuccess);
+  EXPECT_EQ(out.nChannelsPerNetPeer, 2);
+  EXPECT_EQ(out.nvlinkCentricSched, 1);
+  EXPECT_EQ(out.graphUsageMode, U);  // beyond 80 bytes
+  EXPECT_EQ(out.graphStreamOrdering, U);
+}
+
+TEST_F(ConfigTest, Size88From2_29) {
+  RawConfig r(88, NCCL_VERSION(2, 29, 7));
+  r.Int(kGraphUsageMode, 1);
+  r.Int(kNumRmaCtx, 4);
+  ASSERT_EQ(mendConfigParse(r.cfg(), nullptr, &out), ncclSuccess);
+  EXPECT_EQ(out.graphUsageMode, 1);
+  EXPECT_EQ(out.numRmaCtx, 4);
+  EXPECT_EQ(out.maxP2pPeers, U);  // beyond 88 bytes
+  EXPECT_EQ(out.graphStreamOrdering, U);
+}
+
+TEST_F(ConfigTest, Size96From2_30) {
   RawConfig r(96, NCCL_VERSION(2, 30, 7));
   r.Int(kBlocking, 0);
   r.Int(kNChannelsPerNetPeer, 2);
-  r.Int(kGraphUsageMode, 12345);  // fields we do not know are ignored, whatever they hold
-  r.Int(kMaxP2pPeers, -7);
+  r.Int(kGraphUsageMode, 2);
+  r.Int(kNumRmaCtx, 3);
+  r.Int(kMaxP2pPeers, 16);
+  r.Int(kGraphStreamOrdering, 1);
   ASSERT_EQ(mendConfigParse(r.cfg(), nullptr, &out), ncclSuccess);
   EXPECT_EQ(out.blocking, 0);
   EXPECT_EQ(out.nChannelsPerNetPeer, 2);
+  EXPECT_EQ(out.graphUsageMode, 2);
+  EXPECT_EQ(out.numRmaCtx, 3);
+  EXPECT_EQ(out.maxP2pPeers, 16);
+  EXPECT_EQ(out.graphStreamOrdering, 1);
+}
+
+TEST_F(ConfigTest, Size112FromNewerHeader) {
+  RawConfig r(112, NCCL_VERSION(2, 32, 3));
+  r.Int(kMaxP2pPeers, 4);
+  r.Int(kPast2_30, -12345);  // fields Mend does not know are ignored, whatever they hold
+  r.Int(kPast2_30 + 4, 7);
+  ASSERT_EQ(mendConfigParse(r.cfg(), nullptr, &out), ncclSuccess);
+  EXPECT_EQ(out.maxP2pPeers, 4);
 }
 
 TEST_F(ConfigTest, VersionResetsFieldsTheHeaderLacked) {
@@ -199,6 +267,28 @@ TEST_F(ConfigTest, VersionResetsFieldsTheHeaderLacked) {
   EXPECT_EQ(out.nChannelsPerNetPeer, U);
   EXPECT_EQ(out.nvlinkCentricSched, 0);
   EXPECT_EQ(out.shrinkShare, 1);
+  // A 96-byte struct from a 2.28 header (version below 2.29): the 2.29/2.30 fields are reset, and so
+  // is garbage in them that validation would reject.  2.29 keeps its own two, resets the 2.30 pair.
+  RawConfig r28(96, NCCL_VERSION(2, 28, 9));
+  r28.Int(kGraphUsageMode, -5);
+  r28.Int(kNumRmaCtx, -1);
+  r28.Int(kMaxP2pPeers, 0);
+  r28.Int(kGraphStreamOrdering, -9);
+  ASSERT_EQ(mendConfigParse(r28.cfg(), nullptr, &out), ncclSuccess);
+  EXPECT_EQ(out.graphUsageMode, U);
+  EXPECT_EQ(out.numRmaCtx, U);
+  EXPECT_EQ(out.maxP2pPeers, U);
+  EXPECT_EQ(out.graphStreamOrdering, U);
+  RawConfig r29(96, NCCL_VERSION(2, 29, 2));
+  r29.Int(kGraphUsageMode, 1);
+  r29.Int(kNumRmaCtx, 2);
+  r29.Int(kMaxP2pPeers, -3);
+  r29.Int(kGraphStreamOrdering, -3);
+  ASSERT_EQ(mendConfigParse(r29.cfg(), nullptr, &out), ncclSuccess);
+  EXPECT_EQ(out.graphUsageMode, 1);
+  EXPECT_EQ(out.numRmaCtx, 2);
+  EXPECT_EQ(out.maxP2pPeers, U);
+  EXPECT_EQ(out.graphStreamOrdering, U);
 }
 
 TEST_F(ConfigTest, BadMagic) {
@@ -217,9 +307,11 @@ TEST_F(ConfigTest, ValidationFailures) {
   } cases[] = {{kBlocking, 2},        {kBlocking, -1},      {kCga, -1},         {kMinCTAs, 0},
                {kMaxCTAs, -3},        {kSplitShare, 2},     {kShrinkShare, -1}, {kCollnet, 3},
                {kNvlinkCentric, 2},   {kCTAPolicy, 3},      {kCTAPolicy, -1},   {kNvlsCTAs, 0},
-               {kNChannelsPerNetPeer, 0}, {kNChannelsPerNetPeer, 65}};
+               {kNChannelsPerNetPeer, 0}, {kNChannelsPerNetPeer, 65}, {kGraphUsageMode, -1},
+               {kNumRmaCtx, 0},      {kNumRmaCtx, -2},     {kMaxP2pPeers, 0},  {kMaxP2pPeers, -1},
+               {kGraphStreamOrdering, -1}};
   for (const Case& k : cases) {
-    RawConfig r(80, NCCL_VERSION(2, 28, 9));
+    RawConfig r(96, NCCL_VERSION(2, 30, 7));
     r.Int(k.off, k.value);
     EXPECT_EQ(mendConfigParse(r.cfg(), nullptr, &out), ncclInvalidArgument) << "offset " << k.off << " = " << k.value;
   }
