@@ -92,7 +92,9 @@ static ssize_t taskIo(int fd, int isSend, const struct mendSocketTask* t, size_t
 static ncclResult_t sockProgress(struct mendSocketComm* comm, struct mendSocketData* s, int* progressed,
                                  int* pending) {
   uint32_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
-  while (head != atomic_load_explicit(&s->tail, memory_order_acquire)) {
+  /* A close (comm->stop) ends the pass between two syscalls: a socket that keeps bringing bytes must
+   * not keep the helper writing into receive buffers that close has given back to the caller. */
+  while (head != atomic_load_explicit(&s->tail, memory_order_acquire) && !atomic_load(&comm->stop)) {
     struct mendSocketTask* t = &s->tasks[head % TASK_RING];
     size_t asked;
     ssize_t n = taskIo(s->fd, comm->isSend, t, &asked);
@@ -449,6 +451,21 @@ ncclResult_t mendNetSocketStartThreads(struct mendSocketComm* comm) {
   return ncclSuccess;
 }
 
+/* Join helper `thr` (bounded); 0: it did not exit, so it is detached and may still use its comm. */
+static int joinHelper(struct mendSocketComm* comm, struct mendSocketThread* thr) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += JOIN_TIMEOUT_MS / 1000;
+  deadline.tv_nsec += (JOIN_TIMEOUT_MS % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
+  thr->started = 0;
+  if (pthread_timedjoin_np(thr->thread, NULL, &deadline) == 0) return 1;
+  WARN("NET/Socket: a helper thread of the connection with %s did not exit within %d ms; its memory is kept",
+       comm->peer, JOIN_TIMEOUT_MS);
+  pthread_detach(thr->thread);
+  return 0;
+}
+
 int mendNetSocketStopThreads(struct mendSocketComm* comm) {
   int allJoined = 1;
   atomic_store(&comm->stop, 1);
@@ -459,21 +476,12 @@ int mendNetSocketStopThreads(struct mendSocketComm* comm) {
   }
   for (int t = 0; t < comm->nthreads; t++) {
     struct mendSocketThread* thr = &comm->threads[t];
-    if (thr->started) {
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += JOIN_TIMEOUT_MS / 1000;
-      deadline.tv_nsec += (JOIN_TIMEOUT_MS % 1000) * 1000000L;
-      if (deadline.tv_nsec >= 1000000000L) { deadline.tv_sec++; deadline.tv_nsec -= 1000000000L; }
-      if (pthread_timedjoin_np(thr->thread, NULL, &deadline) != 0) {
-        WARN("NET/Socket: a helper thread of the connection with %s did not exit within %d ms; its memory is kept",
-             comm->peer, JOIN_TIMEOUT_MS);
-        pthread_detach(thr->thread);
-        allJoined = 0;
-      }
-      thr->started = 0;
+    /* A helper still running keeps polling its eventfd: leave the descriptor (and the field) alone. */
+    if (thr->started && !joinHelper(comm, thr)) {
+      allJoined = 0;
+      continue;
     }
-    if (thr->efd >= 0 && allJoined) close(thr->efd);
+    if (thr->efd >= 0) close(thr->efd);
     thr->efd = -1;
   }
   return allJoined;

@@ -279,13 +279,15 @@ TEST_F(NetSocketErr, CloseWithRequestsInFlight) {
     void *sc, *rc;
     Connect(&sc, &rc);
     const size_t bytes = 4 << 20;
-    std::vector<char> src(bytes, 1), dst(bytes);
+    // One buffer per receive: receives in flight at once are written at once, by different helpers.
+    std::vector<char> src(bytes, 1);
+    std::vector<std::vector<char>> dst(4, std::vector<char>(bytes));
     for (int i = 0; i < 8; i++) {
       void* req;
       ASSERT_EQ(N->isend(sc, src.data(), bytes, 0, nullptr, &req), ncclSuccess);
     }
     for (int i = 0; i < 4; i++) {
-      void *req, *d = dst.data(), *mh = nullptr;
+      void *req, *d = dst[i].data(), *mh = nullptr;
       size_t sz = bytes;
       int tag = 0;
       ASSERT_EQ(N->irecv(rc, 1, &d, &sz, &tag, &mh, &req), ncclSuccess);
