@@ -414,12 +414,13 @@ static void* helperMain(void* arg) {
   struct pollfd pfd[MEND_SOCKET_MAX_SOCKS + 1];
   while (!atomic_load(&comm->stop)) {
     int progressed = 0, npfd = 0;
-    /* A failed comm moves nothing more: it only waits for close. */
-    if (atomic_load(&comm->error) == ncclSuccess && helperPass(thr, &progressed, pfd, &npfd) != ncclSuccess) continue;
+    /* A failed comm moves nothing more: it only waits for close, asleep (its queues stay full). */
+    int failed = atomic_load(&comm->error) != ncclSuccess;
+    if (!failed && helperPass(thr, &progressed, pfd, &npfd) != ncclSuccess) continue;
     /* Announce the sleep, then look at the queues once more: a producer either sees `sleeping`
      * and rings the eventfd, or we see its task here. */
     atomic_store(&thr->sleeping, 1);
-    if (!newWork(thr, npfd)) {
+    if (failed || !newWork(thr, npfd)) {
       pfd[npfd] = (struct pollfd){ .fd = thr->efd, .events = POLLIN };
       if (poll(pfd, npfd + 1, IDLE_POLL_MS) > 0 && (pfd[npfd].revents & POLLIN)) {
         uint64_t v;

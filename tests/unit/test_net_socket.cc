@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -303,6 +304,40 @@ TEST_F(NetSocketErr, CloseWithRequestsInFlight) {
     }
     EXPECT_LT(nowMs() - t0, 1000.0) << "close must not wait for the transfers";
   }
+}
+
+static double cpuMs() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+// A connection that failed with data tasks still queued: its helpers sleep until close (they spun on
+// the queued tasks, a core each), and close still returns at once.
+TEST_F(NetSocketErr, FailedConnectionHelpersSleep) {
+  SetConfig(2, 2, 65536);
+  void *sc, *rc;
+  Connect(&sc, &rc);
+  const size_t bytes = 64 << 20;
+  std::vector<char> src(bytes, 1), dst(bytes);
+  void *sreq, *rreq, *d = dst.data(), *mh = nullptr;
+  size_t sz = bytes;
+  int tag = 0, done = 0;
+  ASSERT_EQ(N->irecv(rc, 1, &d, &sz, &tag, &mh, &rreq), ncclSuccess);
+  ASSERT_EQ(N->isend(sc, src.data(), bytes, 0, nullptr, &sreq), ncclSuccess);  // sends the header now
+  ASSERT_EQ(N->test(rreq, &done, nullptr), ncclSuccess);  // reads it: the helpers get the data tasks
+  ASSERT_FALSE(done);
+  mendFaultSet("net.test", 1, 0);
+  EXPECT_EQ(N->test(rreq, &done, nullptr), ncclSystemError);  // the receiving end fails for good
+  mendFaultClear();
+  double cpu0 = cpuMs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  double used = cpuMs() - cpu0;
+  EXPECT_LT(used, 100.0) << "threads of a failed connection used " << used << " ms of CPU in 300 ms";
+  double t0 = nowMs();
+  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
+  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
+  EXPECT_LT(nowMs() - t0, 1000.0);
 }
 
 TEST_F(NetSocketErr, BadArguments) {
