@@ -222,7 +222,8 @@ static const char* strGet(int i) {
   }
   v = cacheStr[i];
   pthread_mutex_unlock(&cacheLock);
-  if (first && set) INFO(NCCL_ENV, "%s set by %s to %s", p->env, sourceOf(p->env), v);
+  int secret = strcmp(p->unit, "secret") == 0;  /* logs never show a secret */
+  if (first && set) INFO(NCCL_ENV, "%s set by %s to %s", p->env, sourceOf(p->env), secret ? "(hidden)" : v);
   return v;
 }
 

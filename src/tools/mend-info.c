@@ -28,6 +28,7 @@ static void defaultText(const struct mendParamInfo* p, char* buf, size_t len) {
 
 static const char* valueText(const struct mendParamInfo* p) {
   const char* v = mendGetEnv(p->env);
+  if (v && strcmp(p->unit, "secret") == 0) return "(set)";  /* never print a secret */
   return v ? v : "-";
 }
 
@@ -57,7 +58,7 @@ static void printEnv(void) {
   for (int i = 0; i < mendParamCount(); i++) {
     const struct mendParamInfo* p = mendParamGet(i);
     const char* v = mendGetEnv(p->env);
-    if (v) printf("%s=%s  (%s)\n", p->env, v, getenv(p->env) ? "environment" : "config file");
+    if (v) printf("%s=%s  (%s)\n", p->env, valueText(p), getenv(p->env) ? "environment" : "config file");
   }
 }
 
