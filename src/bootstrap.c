@@ -24,6 +24,8 @@
 
 #define BS_WAIT_SLICE_MS 20   /* longest sleep before re-checking abort flags */
 #define BS_POLL_MS 100        /* receiver poll period when nothing happens */
+#define BS_ACCEPT_PAUSE_MS 100 /* accept failed for lack of descriptors: try again after this */
+#define BS_FULL_PAUSE_MS 10    /* too many young unproven connections: the backlog waits this long */
 
 int mendBsAborted(struct mendBootstrap* bs, _Atomic int* extra) {
   if (atomic_load(&bs->abort)) return 1;
@@ -64,7 +66,27 @@ static void setRecvState(struct mendBootstrap* bs, int peer, int state) {
   pthread_mutex_unlock(&bs->lock);
 }
 
+/* Count `bytes` against what `peer` may have buffered here; 0 when that would pass the bound. */
+static int reserveBuffered(struct mendBootstrap* bs, int peer, size_t bytes, int checked) {
+  pthread_mutex_lock(&bs->lock);
+  struct mendBsPeer* p = &bs->peers[peer];
+  int ok = !checked || (p->buffered <= bs->maxBuffered && bytes <= bs->maxBuffered - p->buffered);
+  if (ok) p->buffered += bytes;
+  pthread_mutex_unlock(&bs->lock);
+  return ok;
+}
+
+static void releaseBuffered(struct mendBootstrap* bs, int peer, size_t bytes) {
+  pthread_mutex_lock(&bs->lock);
+  bs->peers[peer].buffered -= bytes;
+  pthread_mutex_unlock(&bs->lock);
+}
+
+/* What a buffered message counts (its header too: empty messages are not free). */
+static size_t msgCost(size_t size) { return sizeof(struct mendBsMsg) + size; }
+
 static void dropRx(struct mendBootstrap* bs, int i) {
+  if (bs->rx[i].msg) releaseBuffered(bs, bs->rx[i].peer, msgCost(bs->rx[i].msg->size));  /* half read */
   free(bs->rx[i].msg);
   close(bs->rx[i].fd);
   bs->rx[i] = bs->rx[--bs->nRx];
@@ -76,13 +98,18 @@ static void sayByeBack(int fd) {
   (void)!send(fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-/* A connection's handshake is complete: check it and bind the connection to its rank. */
+/* A connection's handshake is complete: check it, its proof of the key, and bind it to its rank. */
 static int acceptHandshake(struct mendBootstrap* bs, struct mendBsRx* c) {
   const struct mendBsHandshake* hs = &c->u.hs;
   if (hs->magic != (bs->magic ^ MEND_BS_HANDSHAKE_MAGIC) || hs->rank < 0 || hs->rank >= bs->nRanks ||
       hs->nRanks != bs->nRanks) {
     INFO(NCCL_BOOTSTRAP, "Bootstrap rank %d: dropping a connection from another network (rank %d of %d)", bs->rank,
          hs->rank, hs->nRanks);
+    return 0;
+  }
+  if (hs->mac != mendBsHandshakeMac(bs->key, c->nonce, hs)) {
+    WARN_SPARSE(1000, "Bootstrap rank %d: dropping a connection that claims rank %d but cannot prove this "
+                "communicator's key (a stranger, or another job)", bs->rank, hs->rank);
     return 0;
   }
   for (int i = 0; i < bs->nRx; i++) {
@@ -136,15 +163,23 @@ static int readRx(struct mendBootstrap* bs, int i) {
       dropRx(bs, i);  /* hanging up tells the peer we saw its BYE */
       return 0;
     }
-    if (c->u.hdr.type != MEND_BS_DATA || c->u.hdr.size > MEND_BS_MAX_MSG) {
-      WARN("Bootstrap rank %d: corrupt message header from rank %d (type %u, size %llu)", bs->rank, c->peer,
-           c->u.hdr.type, (unsigned long long)c->u.hdr.size);
+    if (c->u.hdr.type != MEND_BS_DATA || c->u.hdr.size > bs->maxMsg) {
+      WARN("Bootstrap rank %d: corrupt message header from rank %d (type %u, %llu bytes; a message has at most %zu); "
+           "dropping its link", bs->rank, c->peer, c->u.hdr.type, (unsigned long long)c->u.hdr.size, bs->maxMsg);
+      setRecvState(bs, c->peer, MEND_BS_LINK_LOST);
+      dropRx(bs, i);
+      return 0;
+    }
+    if (!reserveBuffered(bs, c->peer, msgCost(c->u.hdr.size), 1)) {
+      WARN("Bootstrap rank %d: rank %d sent more than MEND_BOOTSTRAP_MAX_BUFFERED=%zu bytes nobody received; "
+           "dropping its link", bs->rank, c->peer, bs->maxBuffered);
       setRecvState(bs, c->peer, MEND_BS_LINK_LOST);
       dropRx(bs, i);
       return 0;
     }
     struct mendBsMsg* m = malloc(sizeof(*m) + c->u.hdr.size);
     if (m == NULL) {
+      releaseBuffered(bs, c->peer, msgCost(c->u.hdr.size));
       WARN("Bootstrap rank %d: out of memory for a %llu-byte message", bs->rank, (unsigned long long)c->u.hdr.size);
       setRecvState(bs, c->peer, MEND_BS_LINK_LOST);
       dropRx(bs, i);
@@ -157,10 +192,40 @@ static int readRx(struct mendBootstrap* bs, int i) {
   }
 }
 
+/* At most MEND_BS_MAX_UNPROVEN connections wait for their handshake: the oldest makes room once it
+ * had MEND_BS_UNPROVEN_GRACE_MS to prove itself.  Returns 0 when there is no room yet (a burst of real
+ * peers then waits in the listen backlog rather than being cut short). */
+static int roomForUnproven(struct mendBootstrap* bs) {
+  int n = 0, oldest = -1;
+  for (int i = 0; i < bs->nRx; i++) {
+    if (bs->rx[i].peer >= 0) continue;
+    n++;
+    if (oldest < 0 || bs->rx[i].deadline < bs->rx[oldest].deadline) oldest = i;
+  }
+  if (n < MEND_BS_MAX_UNPROVEN) return 1;
+  if (bs->rx[oldest].deadline - bs->helloMs + MEND_BS_UNPROVEN_GRACE_MS > mendTimeMs()) return 0;
+  WARN_SPARSE(1000, "Bootstrap rank %d: %d connections have not proven the key; closing the oldest", bs->rank, n);
+  dropRx(bs, oldest);
+  return 1;
+}
+
 static void acceptNew(struct mendBootstrap* bs) {
   for (;;) {
+    if (!roomForUnproven(bs)) {
+      bs->acceptPauseUntil = mendTimeMs() + BS_FULL_PAUSE_MS;
+      return;
+    }
     int fd = accept4(bs->listenFd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      /* Out of descriptors or memory: the listener stays readable, so wait instead of spinning. */
+      WARN_SPARSE(5000, "Bootstrap rank %d: accept failed: %m; pausing %d ms", bs->rank, BS_ACCEPT_PAUSE_MS);
+      bs->acceptPauseUntil = mendTimeMs() + BS_ACCEPT_PAUSE_MS;
+      return;
+    }
+    struct mendBsRx c = {.fd = fd, .peer = -1, .deadline = mendTimeMs() + bs->helloMs};
+    if (!mendBsSendChallenge(fd, c.nonce)) { close(fd); continue; }
     if (bs->nRx == bs->maxRx) {
       int n = bs->maxRx ? 2 * bs->maxRx : 16;
       struct mendBsRx* r = realloc(bs->rx, (size_t)n * sizeof(*r));
@@ -168,7 +233,18 @@ static void acceptNew(struct mendBootstrap* bs) {
       bs->rx = r;
       bs->maxRx = n;
     }
-    bs->rx[bs->nRx++] = (struct mendBsRx){.fd = fd, .peer = -1};
+    bs->rx[bs->nRx++] = c;
+  }
+}
+
+/* Close connections that did not prove the key in time. */
+static void expireUnproven(struct mendBootstrap* bs) {
+  int64_t now = mendTimeMs();
+  for (int i = bs->nRx - 1; i >= 0; i--) {
+    if (bs->rx[i].peer >= 0 || bs->rx[i].deadline > now) continue;
+    INFO_SPARSE(NCCL_BOOTSTRAP, 1000, "Bootstrap rank %d: closing a connection with no handshake after %lld ms "
+                "(MEND_BOOTSTRAP_HELLO_TIMEOUT)", bs->rank, (long long)bs->helloMs);
+    dropRx(bs, i);
   }
 }
 
@@ -200,6 +276,7 @@ static void* rxThread(void* arg) {
   struct pollfd* pfd = malloc((size_t)cap * sizeof(*pfd));
   int* who = malloc((size_t)cap * sizeof(*who));  /* >= 0: rx index; <= -2: -(peer)-2 of a send fd */
   while (pfd && who && !atomic_load(&bs->stop)) {
+    expireUnproven(bs);  /* here, while no pollfd refers to an rx entry by index */
     int need = 2 + bs->nRx + bs->nRanks;
     if (need > cap) {
       cap = 2 * need;
@@ -211,7 +288,8 @@ static void* rxThread(void* arg) {
     }
     int n = 0;
     pfd[n++] = (struct pollfd){.fd = bs->wakeFd, .events = POLLIN};
-    pfd[n++] = (struct pollfd){.fd = bs->listenFd, .events = POLLIN};
+    int listening = mendTimeMs() >= bs->acceptPauseUntil;  /* a negative fd is not polled */
+    pfd[n++] = (struct pollfd){.fd = listening ? bs->listenFd : -1, .events = POLLIN};
     for (int i = 0; i < bs->nRx; i++) { who[n] = i; pfd[n++] = (struct pollfd){.fd = bs->rx[i].fd, .events = POLLIN}; }
     for (int p = 0; p < bs->nRanks; p++) {
       int fd = atomic_load(&bs->peers[p].sendFd);
@@ -224,7 +302,8 @@ static void* rxThread(void* arg) {
         if (bs->rx[i].peer >= 0) sayByeBack(bs->rx[i].fd);
       bs->rxByeSent = 1;
     }
-    int rc = poll(pfd, (nfds_t)n, BS_POLL_MS);
+    int64_t pause = listening ? BS_POLL_MS : bs->acceptPauseUntil - mendTimeMs();
+    int rc = poll(pfd, (nfds_t)n, pause < 1 ? 1 : pause < BS_POLL_MS ? (int)pause : BS_POLL_MS);
     if (rc <= 0) continue;
     if (pfd[0].revents) { uint64_t v; (void)!read(bs->wakeFd, &v, sizeof(v)); }
     /* Walk backwards: readRx may swap the last rx entry into a dropped one's place. */
@@ -242,8 +321,9 @@ static void* rxThread(void* arg) {
 
 /* ---------------------------------------------------------------- create / teardown */
 
-ncclResult_t mendBsCreate(struct ncclComm* comm, uint64_t magic, int listenFd, const union mendSocketAddr* listenAddr,
-                          union mendSocketAddr* peerAddrs, struct mendBootstrap** out) {
+ncclResult_t mendBsCreate(struct ncclComm* comm, uint64_t magic, const uint8_t key[MEND_MAC_KEY_BYTES], int listenFd,
+                          const union mendSocketAddr* listenAddr, union mendSocketAddr* peerAddrs,
+                          struct mendBootstrap** out) {
   ncclResult_t res = ncclSuccess;
   struct mendBootstrap* bs = NULL;
   MENDCHECKGOTO(MENDCALLOC(bs, 1), res, fail_close_listen);
@@ -251,6 +331,11 @@ ncclResult_t mendBsCreate(struct ncclComm* comm, uint64_t magic, int listenFd, c
   bs->rank = comm->rank;
   bs->nRanks = comm->nRanks;
   bs->magic = magic;
+  memcpy(bs->key, key, sizeof(bs->key));
+  bs->maxMsg = MEND_BS_MSG_BASE + (size_t)bs->nRanks * 64;
+  int64_t maxBuf = mendParamBootstrapMaxBuffered();
+  bs->maxBuffered = maxBuf > 0 ? (size_t)maxBuf : 0;
+  bs->helloMs = mendParamBootstrapHelloTimeout();
   bs->commAbort = &comm->abortFlag;
   atomic_store(&bs->useCommAbort, 1);
   bs->timeoutMs = mendParamBootstrapTimeout();
@@ -420,7 +505,15 @@ static ncclResult_t connectPeer(struct mendBootstrap* bs, int peer) {
            mendSocketAddrStr(&bs->peerAddrs[peer], name));
     return mendBsAborted(bs, NULL) ? ncclInternalError : r;
   }
+  uint8_t nonce[MEND_BS_NONCE_BYTES];
+  r = mendBsRecvChallenge(fd, nonce, sockFlag(bs), bs->timeoutMs, &bs->peerAddrs[peer]);
+  if (r != ncclSuccess) {
+    if (!mendBsAborted(bs, NULL)) WARN("Bootstrap rank %d: rank %d did not send its challenge", bs->rank, peer);
+    close(fd);
+    return mendBsAborted(bs, NULL) ? ncclInternalError : r;
+  }
   struct mendBsHandshake hs = {.magic = bs->magic ^ MEND_BS_HANDSHAKE_MAGIC, .rank = bs->rank, .nRanks = bs->nRanks};
+  hs.mac = mendBsHandshakeMac(bs->key, nonce, &hs);
   r = writeAll(bs, fd, peer, &hs, sizeof(hs), mendTimeMs() + bs->timeoutMs);
   if (r != ncclSuccess) {
     close(fd);
@@ -440,6 +533,7 @@ static ncclResult_t sendToSelf(struct mendBootstrap* bs, int tag, const void* da
   m->tag = tag;
   m->size = size;
   if (size) memcpy(m->data, data, size);
+  reserveBuffered(bs, bs->rank, msgCost(size), 0);
   enqueue(bs, bs->rank, m);
   return ncclSuccess;
 }
@@ -465,9 +559,9 @@ static ncclResult_t sendLocked(struct mendBootstrap* bs, int peer, int tag, cons
 }
 
 ncclResult_t mendBootstrapSend(struct mendBootstrap* bs, int peer, int tag, const void* data, size_t size) {
-  if (bs == NULL || peer < 0 || peer >= bs->nRanks || (data == NULL && size > 0)) {
-    WARN("mendBootstrapSend: invalid argument (bootstrap %p, peer %d of %d, data %p, size %zu)", (void*)bs, peer,
-         bs ? bs->nRanks : 0, data, size);
+  if (bs == NULL || peer < 0 || peer >= bs->nRanks || (data == NULL && size > 0) || size > bs->maxMsg) {
+    WARN("mendBootstrapSend: invalid argument (bootstrap %p, peer %d of %d, data %p, size %zu; at most %zu)",
+         (void*)bs, peer, bs ? bs->nRanks : 0, data, size, bs ? bs->maxMsg : 0);
     return ncclInvalidArgument;
   }
   enterCall(bs);
@@ -493,6 +587,7 @@ static struct mendBsMsg* takeMsg(struct mendBsPeer* p, int tag) {
     if (m->tag != tag) continue;
     if (prev) prev->next = m->next; else p->qHead = m->next;
     if (p->qTail == m) p->qTail = prev;
+    p->buffered -= msgCost(m->size);
     return m;
   }
   return NULL;

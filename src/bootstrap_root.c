@@ -1,182 +1,387 @@
 /*
- * Unique ids and the root rendezvous.
- * A unique id holds a magic and the root's address.  The root is a detached thread that collects
- * (rank, listen address) from the ranks that name it, and answers each with the full address table.
- * With several ids (ncclCommInitRankScalable) rank r reports to root floor(r * nIds / nRanks); when a
- * root has all of its ranks it sends their addresses to every other root, so each root can answer
- * with the full table.  Wire formats and error statuses: docs/bootstrap.md.
+ * The bootstrap root: a detached thread that collects (rank, listen address) from the ranks that
+ * name it, and answers each with the full address table.  With several ids (ncclCommInitRankScalable)
+ * rank r reports to root floor(r * nIds / nRanks); when a root has all of its ranks it sends their
+ * addresses (a TABLE) to every other root, so each root can answer with the full table.
+ *
+ * Connections are served concurrently: one poll over the listener and every connection still being
+ * read, each with its own deadline (MEND_BOOTSTRAP_HELLO_TIMEOUT), so silent or slow connections cost
+ * nobody else time.  A connection must prove the job secret (its hello's MAC over the challenge the
+ * root sent on accept) before anything it announces is believed or anything is sent back but a
+ * status; lengths it announces are checked against the rendezvous before anything is read or
+ * allocated.  Wire formats and statuses: docs/bootstrap.md; the rank side is in bootstrap_id.c.
  */
 #include "bootstrap_priv.h"
 
 #include <errno.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "checks.h"
-#include "comm.h"
 #include "misc/debug.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 
-#define ROOT_READ_MS 5000  /* bound on reading one hello once its connection is accepted */
+#define ROOT_REPLY_MS 5000        /* bound on sending one registered rank its reply */
+#define ROOT_MAX_CONNS 256        /* connections being read at once; an old unproven one makes room */
+#define ROOT_ACCEPT_PAUSE_MS 100  /* accept failed for lack of descriptors: try again after this */
+#define ROOT_FULL_PAUSE_MS 10     /* every slot busy with a young connection: the backlog waits this long */
+#define ROOT_POLL_MS 100          /* longest poll, so shutdown and the rendezvous bound are seen */
 
-/* The front of ncclUniqueId.internal (the rest is zero). */
-struct mendBsId {
-  uint64_t magic;              /* network magic (random, or a hash of NCCL_COMM_ID) */
-  union mendSocketAddr addr;   /* root address */
-  uint8_t fromCommId;          /* 1: NCCL_COMM_ID names the root; rank 0 starts it at init */
+enum rootStage {
+  ROOT_READ_HELLO = 0, /* reading the hello: nothing proven yet */
+  ROOT_READ_IDS = 1,   /* proven HELLO: reading the unique ids that follow (scalable init) */
+  ROOT_READ_TABLE = 2  /* proven TABLE: reading its entries one at a time */
 };
-_Static_assert(sizeof(struct mendBsId) <= NCCL_UNIQUE_ID_BYTES, "unique id too large");
 
-enum rootMsgKind {
-  ROOT_HELLO = 1, /* a rank reports its listen address */
-  ROOT_TABLE = 2  /* another root forwards the addresses of its ranks */
-};
-struct rootHello {
-  uint64_t magic;             /* magic of the root this is sent to */
-  int32_t kind;               /* enum rootMsgKind */
-  int32_t rank;               /* HELLO: the rank; TABLE: the sending root's index */
-  int32_t nRanks;             /* communicator size as the sender sees it */
-  int32_t nIds;               /* number of roots */
-  int32_t idIdx;              /* index of the receiving root */
-  int32_t count;              /* HELLO: ids that follow (nIds > 1); TABLE: entries that follow */
-  union mendSocketAddr addr;  /* HELLO: the rank's listen address */
-};
-struct rootEntry {
-  int32_t rank;               /* rank */
-  union mendSocketAddr addr;  /* its listen address */
-};
-enum rootStatus {
-  ROOT_OK = 0,
-  ROOT_ERR_MAGIC = 1,   /* the id's magic is not this root's */
-  ROOT_ERR_NRANKS = 2,  /* nranks differs from the first rank's (detail: that value) */
-  ROOT_ERR_RANK = 3,    /* rank out of range or reporting to the wrong root */
-  ROOT_ERR_DUP = 4,     /* rank already registered */
-  ROOT_ERR_TIMEOUT = 5, /* not every rank arrived in time (detail: ranks seen) */
-  ROOT_ERR_ROOTS = 6    /* could not reach another root (scalable init) */
-};
-struct rootReply {
-  int32_t status;  /* enum rootStatus */
-  int32_t nRanks;  /* table entries that follow when ROOT_OK */
-  int32_t detail;  /* status-specific number */
-  int32_t pad;     /* keeps the table aligned */
+/* A connection being read. */
+struct rootConn {
+  int fd;                              /* accepted socket */
+  enum rootStage stage;                /* what is being read */
+  int64_t deadline;                    /* closed when its message is not complete by then */
+  uint8_t nonce[MEND_BS_NONCE_BYTES];  /* challenge sent on accept */
+  struct mendBsRootHello hello;        /* its hello */
+  struct mendBsRootEntry entry;        /* ROOT_READ_TABLE: the entry being read */
+  ncclUniqueId* ids;                   /* ROOT_READ_IDS: room for hello.count ids */
+  size_t off;                          /* bytes of the current item read */
+  int left;                            /* ROOT_READ_TABLE: entries still to come */
 };
 
 struct bsRoot {
-  int listenFd;                /* the root's listening socket */
-  uint64_t magic;              /* accepted magic */
-  int nRanks;                  /* -1 until the first message */
-  int nIds, idIdx;             /* roots, and which one this is */
-  ncclUniqueId* ids;           /* [nIds] every root's id (nIds > 1) */
-  union mendSocketAddr* table; /* [nRanks] */
-  char* have;                  /* [nRanks] entry known */
-  int* fds;                    /* [nRanks] connections of our ranks awaiting the reply */
-  int nHave;                   /* entries known */
-  int groupCount, groupGot;    /* ranks reporting to this root, and how many did */
-  int tablesSent;              /* our group's table went to the other roots */
-  int64_t firstMs;             /* first contact, for the rendezvous bound */
-  int64_t timeoutMs;           /* MEND_BOOTSTRAP_TIMEOUT */
+  int listenFd;                        /* the root's listening socket (non-blocking) */
+  struct mendBsId id;                  /* our id: magic and secret */
+  int nRanks;                          /* -1 until the first proven message */
+  int nIds, idIdx;                     /* roots, and which one this is */
+  ncclUniqueId* ids;                   /* [nIds] every root's id (nIds > 1) */
+  union mendSocketAddr* table;         /* [nRanks] */
+  char* have;                          /* [nRanks] entry known */
+  int* fds;                            /* [nRanks] connections of our ranks awaiting the reply */
+  uint8_t (*nonces)[MEND_BS_NONCE_BYTES]; /* [nRanks] each registered rank's nonce (its reply MAC covers it) */
+  int nHave;                           /* entries known */
+  int groupCount, groupGot;            /* ranks reporting to this root, and how many did */
+  int tablesSent;                      /* our group's table went to the other roots */
+  int64_t firstMs;                     /* first proven contact, for the rendezvous bound */
+  int64_t timeoutMs;                   /* MEND_BOOTSTRAP_TIMEOUT */
+  int64_t helloMs;                     /* MEND_BOOTSTRAP_HELLO_TIMEOUT */
+  int64_t acceptPauseUntil;            /* no accept before then (descriptors ran out) */
+  struct rootConn conns[ROOT_MAX_CONNS]; /* connections being read */
+  int nConns;                          /* used entries of conns */
 };
 
 static _Atomic int rootShutdown;  /* library unload: root threads exit */
 __attribute__((destructor)) static void rootAtExit(void) { atomic_store(&rootShutdown, 1); }
 
-uint64_t mendBsRandom64(void) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) v = mendHashCombine(mendTimeNs(), (uint64_t)getpid());
-  return v;
+static const char* peerName(int fd, char* buf) {
+  union mendSocketAddr a;
+  socklen_t len = sizeof(a);
+  memset(&a, 0, sizeof(a));
+  if (getpeername(fd, &a.sa, &len) != 0) return strcpy(buf, "(unknown)");
+  return mendSocketAddrStr(&a, buf);
 }
 
-static int rootOf(int rank, int nRanks, int nIds) { return (int)((int64_t)rank * nIds / nRanks); }
+/* ---------------------------------------------------------------- replies */
 
-static int groupSize(int idx, int nRanks, int nIds) {
-  int n = 0;
-  for (int r = 0; r < nRanks; r++) n += rootOf(r, nRanks, nIds) == idx;
-  return n;
+/* A reply; with MEND_BS_ROOT_OK the table follows, tableMac being its MAC.  nonce NULL: no MAC. */
+static void sendReply(const struct bsRoot* rt, int fd, int status, int detail, const uint8_t* nonce, uint64_t tableMac,
+                      int64_t ms) {
+  struct mendBsRootReply rep = {.status = status, .nRanks = status == MEND_BS_ROOT_OK ? rt->nRanks : 0,
+                                .detail = detail};
+  rep.mac = nonce ? mendBsReplyMac(rt->id.secret, nonce, &rep, tableMac) : 0;
+  if (ms == 0) {  /* a refusal: never wait for the peer to read it */
+    (void)!send(fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return;
+  }
+  if (mendSocketSendAll(fd, &rep, sizeof(rep), &rootShutdown, ms) == ncclSuccess && status == MEND_BS_ROOT_OK)
+    (void)mendSocketSendAll(fd, rt->table, (size_t)rt->nRanks * sizeof(*rt->table), &rootShutdown, ms);
 }
 
-/* ---------------------------------------------------------------- root thread */
-
-static void reply(int fd, int status, int detail, const struct bsRoot* rt) {
-  struct rootReply rep = {.status = status, .nRanks = status == ROOT_OK ? rt->nRanks : 0, .detail = detail};
-  if (mendSocketSendAll(fd, &rep, sizeof(rep), NULL, ROOT_READ_MS) == ncclSuccess && status == ROOT_OK)
-    (void)mendSocketSendAll(fd, rt->table, (size_t)rt->nRanks * sizeof(*rt->table), NULL, ROOT_READ_MS);
-}
-
-static void rootFailAll(struct bsRoot* rt, int status, int detail) {
+/* Answer every registered rank (the table on success) and close their connections. */
+static void rootAnswerAll(struct bsRoot* rt, int status, int detail) {
+  uint64_t tableMac = status == MEND_BS_ROOT_OK ? mendBsTableMac(rt->id.secret, rt->table, rt->nRanks) : 0;
   for (int r = 0; rt->fds && r < rt->nRanks; r++) {
     if (rt->fds[r] < 0) continue;
-    reply(rt->fds[r], status, detail, rt);
+    sendReply(rt, rt->fds[r], status, detail, rt->nonces[r], tableMac, ROOT_REPLY_MS);
     close(rt->fds[r]);
     rt->fds[r] = -1;
   }
 }
 
-static int rootAdopt(struct bsRoot* rt, const struct rootHello* h) {
-  if (h->nRanks < 1 || h->nIds < 1 || h->nIds > h->nRanks || h->idIdx < 0 || h->idIdx >= h->nIds) return 0;
-  rt->nRanks = h->nRanks;
-  rt->nIds = h->nIds;
-  rt->idIdx = h->idIdx;
-  rt->groupCount = groupSize(rt->idIdx, rt->nRanks, rt->nIds);
-  rt->table = calloc((size_t)rt->nRanks, sizeof(*rt->table));
-  rt->have = calloc((size_t)rt->nRanks, 1);
-  rt->fds = malloc((size_t)rt->nRanks * sizeof(int));
-  if (!rt->table || !rt->have || !rt->fds) return 0;
-  for (int r = 0; r < rt->nRanks; r++) rt->fds[r] = -1;
+/* ---------------------------------------------------------------- connections */
+
+static void connClose(struct bsRoot* rt, int i) {
+  struct rootConn* c = &rt->conns[i];
+  if (c->fd >= 0) close(c->fd);
+  free(c->ids);
+  rt->conns[i] = rt->conns[--rt->nConns];
+}
+
+/* Refuse connection i with a status (no table, nothing about the job) and close it.  Only a proven
+ * peer gets a MAC: the root is nobody's oracle. */
+static void connRefuse(struct bsRoot* rt, int i, int status, int detail, int proven) {
+  sendReply(rt, rt->conns[i].fd, status, detail, proven ? rt->conns[i].hello.nonce : NULL, 0, 0);
+  connClose(rt, i);
+}
+
+/* Room for one more connection: the oldest one that proved nothing is closed, once it had
+ * MEND_BS_UNPROVEN_GRACE_MS to do so (a burst of real ranks is never cut short: it waits in the
+ * listen backlog instead). */
+static int makeRoom(struct bsRoot* rt) {
+  if (rt->nConns < ROOT_MAX_CONNS) return 1;
+  int oldest = -1;
+  for (int i = 0; i < rt->nConns; i++)
+    if (rt->conns[i].stage == ROOT_READ_HELLO && (oldest < 0 || rt->conns[i].deadline < rt->conns[oldest].deadline))
+      oldest = i;
+  if (oldest < 0 || rt->conns[oldest].deadline - rt->helloMs + MEND_BS_UNPROVEN_GRACE_MS > mendTimeMs()) return 0;
+  WARN_SPARSE(1000, "Bootstrap root: %d connections pending; closing the oldest, which proved nothing", rt->nConns);
+  connClose(rt, oldest);
   return 1;
 }
 
-/* A rank's HELLO: check it and keep its connection for the reply.  Returns 1 when fd was kept. */
-static int rootHello(struct bsRoot* rt, int fd, const struct rootHello* h) {
-  if (rt->nRanks > 0 && h->nRanks != rt->nRanks) { reply(fd, ROOT_ERR_NRANKS, rt->nRanks, rt); return 0; }
-  if (rt->nRanks > 0 && (h->nIds != rt->nIds || h->idIdx != rt->idIdx)) { reply(fd, ROOT_ERR_RANK, rt->nIds, rt); return 0; }
-  if (rt->nRanks < 0 && !rootAdopt(rt, h)) { reply(fd, ROOT_ERR_RANK, 0, rt); return 0; }
-  if (h->count > 0 && rt->ids == NULL) {
-    if (h->count != rt->nIds || (rt->ids = calloc((size_t)h->count, sizeof(ncclUniqueId))) == NULL) return 0;
-    if (mendSocketRecvAll(fd, rt->ids, (size_t)h->count * sizeof(ncclUniqueId), NULL, ROOT_READ_MS) != ncclSuccess) {
-      free(rt->ids);
-      rt->ids = NULL;
-      return 0;
+static void rootAccept(struct bsRoot* rt) {
+  for (;;) {
+    if (!makeRoom(rt)) {
+      rt->acceptPauseUntil = mendTimeMs() + ROOT_FULL_PAUSE_MS;
+      return;
     }
-  } else if (h->count > 0) {
-    ncclUniqueId skip;
-    for (int i = 0; i < h->count; i++)
-      if (mendSocketRecvAll(fd, &skip, sizeof(skip), NULL, ROOT_READ_MS) != ncclSuccess) return 0;
+    int fd = accept4(rt->listenFd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      /* Out of descriptors or memory: the listener stays readable, so wait instead of spinning. */
+      WARN_SPARSE(5000, "Bootstrap root: accept failed: %m; pausing %d ms", ROOT_ACCEPT_PAUSE_MS);
+      rt->acceptPauseUntil = mendTimeMs() + ROOT_ACCEPT_PAUSE_MS;
+      return;
+    }
+    struct rootConn c = {.fd = fd, .stage = ROOT_READ_HELLO, .deadline = mendTimeMs() + rt->helloMs};
+    if (!mendBsSendChallenge(fd, c.nonce)) {
+      close(fd);
+      continue;
+    }
+    rt->conns[rt->nConns++] = c;
   }
-  if (h->rank < 0 || h->rank >= rt->nRanks || rootOf(h->rank, rt->nRanks, rt->nIds) != rt->idIdx) {
-    reply(fd, ROOT_ERR_RANK, rt->nRanks, rt);
+}
+
+/* Read what is there of the current item: 1 complete, 0 not yet, -1 closed or failed. */
+static int connRead(struct rootConn* c, void* dst, size_t want) {
+  while (c->off < want) {
+    ssize_t n = recv(c->fd, (char*)dst + c->off, want - c->off, MSG_DONTWAIT);
+    if (n > 0) { c->off += (size_t)n; continue; }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n < 0 && errno == EINTR) continue;
+    return -1;
+  }
+  c->off = 0;
+  return 1;
+}
+
+/* ---------------------------------------------------------------- the rendezvous */
+
+static int rootAdopt(struct bsRoot* rt, int nRanks, int nIds, int idIdx) {
+  if (nRanks < 1 || nIds < 1 || nIds > nRanks || idIdx < 0 || idIdx >= nIds) return 0;
+  rt->nRanks = nRanks;
+  rt->nIds = nIds;
+  rt->idIdx = idIdx;
+  rt->groupCount = mendBsGroupSize(idIdx, nRanks, nIds);
+  rt->table = calloc((size_t)nRanks, sizeof(*rt->table));
+  rt->have = calloc((size_t)nRanks, 1);
+  rt->fds = malloc((size_t)nRanks * sizeof(int));
+  rt->nonces = calloc((size_t)nRanks, sizeof(*rt->nonces));
+  if (!rt->table || !rt->have || !rt->fds || !rt->nonces) {
+    WARN("Bootstrap root: out of memory for %d ranks", nRanks);
+    free(rt->table);
+    free(rt->have);
+    free(rt->fds);
+    free(rt->nonces);
+    rt->table = NULL;
+    rt->have = NULL;
+    rt->fds = NULL;
+    rt->nonces = NULL;
+    rt->nRanks = -1;
     return 0;
   }
-  if (rt->have[h->rank]) { reply(fd, ROOT_ERR_DUP, h->rank, rt); return 0; }
-  rt->table[h->rank] = h->addr;
-  rt->have[h->rank] = 1;
-  rt->fds[h->rank] = fd;
-  rt->nHave++;
-  rt->groupGot++;
+  for (int r = 0; r < nRanks; r++) rt->fds[r] = -1;
   return 1;
 }
 
-/* Another root's TABLE: the addresses of its ranks. */
-static void rootTable(struct bsRoot* rt, int fd, const struct rootHello* h) {
-  if (rt->nRanks < 0) {
-    struct rootHello self = *h;  /* h->idIdx is our index as the sender knows it */
-    if (!rootAdopt(rt, &self)) return;
+/* A proven HELLO (and its ids) is complete: the rank joins the rendezvous. */
+static void rootRegister(struct bsRoot* rt, int i) {
+  struct rootConn* c = &rt->conns[i];
+  int rank = c->hello.rank;
+  if (rt->have[rank]) {  /* another connection claimed it while this one read its ids */
+    char a[MEND_SOCKET_NAME_MAXLEN];
+    WARN("Bootstrap root: rank %d registered twice; refusing the second, from %s", rank, peerName(c->fd, a));
+    connRefuse(rt, i, MEND_BS_ROOT_ERR_DUP, rank, 1);
+    return;
   }
-  for (int i = 0; i < h->count; i++) {
-    struct rootEntry e;
-    if (mendSocketRecvAll(fd, &e, sizeof(e), NULL, ROOT_READ_MS) != ncclSuccess) return;
-    if (e.rank < 0 || e.rank >= rt->nRanks || rt->have[e.rank]) continue;
-    rt->table[e.rank] = e.addr;
-    rt->have[e.rank] = 1;
-    rt->nHave++;
+  if (c->ids && rt->ids == NULL) {
+    rt->ids = c->ids;
+    c->ids = NULL;
+  }
+  rt->table[rank] = c->hello.addr;
+  rt->have[rank] = 1;
+  rt->fds[rank] = c->fd;
+  memcpy(rt->nonces[rank], c->hello.nonce, MEND_BS_NONCE_BYTES);
+  rt->nHave++;
+  rt->groupGot++;
+  c->fd = -1;  /* kept in fds until the reply */
+  connClose(rt, i);
+}
+
+/* Why a proven HELLO does not fit the rendezvous (MEND_BS_ROOT_OK: it fits); *detail for the reply.
+ * What the hello says of itself is checked before it shapes the rendezvous (the first one does). */
+static int helloStatus(struct bsRoot* rt, const struct rootConn* c, int* detail) {
+  const struct mendBsRootHello* h = &c->hello;
+  *detail = h->nRanks;
+  if (h->nRanks < 1 || h->nIds < 1 || h->nIds > h->nRanks || h->idIdx < 0 || h->idIdx >= h->nIds || h->rank < 0 ||
+      h->rank >= h->nRanks || mendBsRootOf(h->rank, h->nRanks, h->nIds) != h->idIdx ||
+      h->count != (h->nIds > 1 ? h->nIds : 0))
+    return MEND_BS_ROOT_ERR_RANK;
+  *detail = rt->nRanks;
+  if (rt->nRanks > 0 && h->nRanks != rt->nRanks) return MEND_BS_ROOT_ERR_NRANKS;
+  *detail = rt->nIds;
+  if (rt->nRanks > 0 && (h->nIds != rt->nIds || h->idIdx != rt->idIdx)) return MEND_BS_ROOT_ERR_RANK;
+  *detail = 0;
+  if (rt->nRanks < 0 && !rootAdopt(rt, h->nRanks, h->nIds, h->idIdx)) return MEND_BS_ROOT_ERR_RANK;
+  *detail = h->rank;
+  if (rt->have[h->rank]) {
+    char a[MEND_SOCKET_NAME_MAXLEN], b[MEND_SOCKET_NAME_MAXLEN];
+    WARN("Bootstrap root: rank %d registered twice: first from %s, again from %s; refusing the second", h->rank,
+         rt->fds[h->rank] >= 0 ? peerName(rt->fds[h->rank], a) : "(another root)", peerName(c->fd, b));
+    return MEND_BS_ROOT_ERR_DUP;
+  }
+  return MEND_BS_ROOT_OK;
+}
+
+/* A proven HELLO: checked against the rendezvous before anything it announces is read. */
+static void rootOnHello(struct bsRoot* rt, int i) {
+  struct rootConn* c = &rt->conns[i];
+  int detail, status = helloStatus(rt, c, &detail);
+  if (status != MEND_BS_ROOT_OK) {
+    connRefuse(rt, i, status, detail, 1);
+  } else if (c->hello.count == 0) {
+    rootRegister(rt, i);
+  } else if ((c->ids = calloc((size_t)c->hello.count, sizeof(ncclUniqueId))) == NULL) {  /* count == nIds <= nRanks */
+    connClose(rt, i);
+  } else {
+    c->stage = ROOT_READ_IDS;
   }
 }
 
-/* Send our group's addresses to every other root (scalable init). */
+/* A proven TABLE from another root: its group's entries follow, exactly that many. */
+static void rootOnTable(struct bsRoot* rt, int i) {
+  struct rootConn* c = &rt->conns[i];
+  const struct mendBsRootHello* h = &c->hello;
+  int fits = h->nIds > 1 && h->nIds <= h->nRanks && h->rank >= 0 && h->rank < h->nIds && h->rank != h->idIdx &&
+             h->count == mendBsGroupSize(h->rank, h->nRanks, h->nIds);  /* checked before it shapes anything */
+  if (fits && rt->nRanks > 0) fits = h->nRanks == rt->nRanks && h->nIds == rt->nIds && h->idIdx == rt->idIdx;
+  if (!fits) {
+    WARN("Bootstrap root: dropping a TABLE that does not fit the rendezvous (from root %d of %d: %d entries of %d ranks)",
+         h->rank, h->nIds, h->count, h->nRanks);
+    connClose(rt, i);
+  } else if (rt->nRanks < 0 && !rootAdopt(rt, h->nRanks, h->nIds, h->idIdx)) {
+    connClose(rt, i);
+  } else if (h->count == 0) {
+    connClose(rt, i);
+  } else {
+    c->stage = ROOT_READ_TABLE;
+    c->left = h->count;
+  }
+}
+
+/* One TABLE entry arrived: it must belong to the sending root's group. */
+static int rootOnEntry(struct bsRoot* rt, struct rootConn* c) {
+  const struct mendBsRootEntry* e = &c->entry;
+  if (e->rank < 0 || e->rank >= rt->nRanks || mendBsRootOf(e->rank, rt->nRanks, rt->nIds) != c->hello.rank) {
+    WARN("Bootstrap root %d: TABLE from root %d names rank %d, not one of its ranks; dropped", rt->idIdx,
+         c->hello.rank, e->rank);
+    return 0;
+  }
+  if (!rt->have[e->rank]) {
+    rt->table[e->rank] = e->addr;
+    rt->have[e->rank] = 1;
+    rt->nHave++;
+  }
+  return --c->left > 0;
+}
+
+/* The hello is complete: is it for us, and does it prove the secret? */
+static void rootCheckHello(struct bsRoot* rt, int i) {
+  struct rootConn* c = &rt->conns[i];
+  char a[MEND_SOCKET_NAME_MAXLEN];
+  if (c->hello.magic != rt->id.magic) {
+    connRefuse(rt, i, MEND_BS_ROOT_ERR_MAGIC, 0, 0);
+    return;
+  }
+  if (c->hello.mac != mendBsHelloMac(rt->id.secret, c->nonce, &c->hello)) {
+    WARN_SPARSE(1000, "Bootstrap root: refused %s (claims rank %d of %d): it does not know this job's secret "
+                "(another job on the same NCCL_COMM_ID, or a stranger)", peerName(c->fd, a), c->hello.rank,
+                c->hello.nRanks);
+    connRefuse(rt, i, MEND_BS_ROOT_ERR_AUTH, 0, 0);
+    return;
+  }
+  if (rt->firstMs == 0) rt->firstMs = mendTimeMs();
+  if (c->hello.kind == MEND_BS_ROOT_HELLO) rootOnHello(rt, i);
+  else if (c->hello.kind == MEND_BS_ROOT_TABLE) rootOnTable(rt, i);
+  else connClose(rt, i);
+}
+
+/* Read what connection i has sent; it may be closed, registered or moved on. */
+static void connProgress(struct bsRoot* rt, int i) {
+  struct rootConn* c = &rt->conns[i];
+  for (;;) {
+    int got;
+    if (c->stage == ROOT_READ_HELLO) got = connRead(c, &c->hello, sizeof(c->hello));
+    else if (c->stage == ROOT_READ_IDS) got = connRead(c, c->ids, (size_t)c->hello.count * sizeof(ncclUniqueId));
+    else got = connRead(c, &c->entry, sizeof(c->entry));
+    if (got < 0) {
+      connClose(rt, i);
+      return;
+    }
+    if (got == 0) return;
+    if (c->stage == ROOT_READ_HELLO) {
+      int n = rt->nConns;
+      rootCheckHello(rt, i);
+      if (rt->nConns != n || c->stage == ROOT_READ_HELLO) return;  /* closed or registered: slot i reused */
+    } else if (c->stage == ROOT_READ_IDS) {
+      rootRegister(rt, i);
+      return;
+    } else if (!rootOnEntry(rt, c)) {
+      connClose(rt, i);
+      return;
+    }
+  }
+}
+
+/* One poll over the listener and every connection; expire those past their deadline. */
+static void rootPollOnce(struct bsRoot* rt) {
+  struct pollfd pfd[ROOT_MAX_CONNS + 1];
+  int64_t now = mendTimeMs();
+  int n = 0, ms = ROOT_POLL_MS, listening = rt->listenFd >= 0 && now >= rt->acceptPauseUntil;
+  for (int i = 0; i < rt->nConns; i++) {
+    pfd[n++] = (struct pollfd){.fd = rt->conns[i].fd, .events = POLLIN};
+    if (rt->conns[i].deadline - now < ms) ms = (int)(rt->conns[i].deadline - now);
+  }
+  if (listening) pfd[n++] = (struct pollfd){.fd = rt->listenFd, .events = POLLIN};
+  else if (rt->listenFd >= 0 && rt->acceptPauseUntil - now < ms) ms = (int)(rt->acceptPauseUntil - now);
+  int rc = poll(pfd, (nfds_t)n, ms > 0 ? ms : 0);
+  int nOld = rt->nConns;
+  /* Backwards: closing entry i moves the last one (already handled) into its place. */
+  for (int i = nOld - 1; rc > 0 && i >= 0; i--)
+    if (pfd[i].revents) connProgress(rt, i);
+  now = mendTimeMs();
+  for (int i = rt->nConns - 1; i >= 0; i--) {
+    if (rt->conns[i].deadline > now) continue;
+    char a[MEND_SOCKET_NAME_MAXLEN];
+    INFO_SPARSE(NCCL_BOOTSTRAP, 1000, "Bootstrap root: closing %s: its message was not complete within %lld ms "
+                "(MEND_BOOTSTRAP_HELLO_TIMEOUT)", peerName(rt->conns[i].fd, a), (long long)rt->helloMs);
+    connClose(rt, i);
+  }
+  if (rc > 0 && listening && pfd[n - 1].revents) rootAccept(rt);
+}
+
+/* Send our group's addresses to every other root (scalable init), proving each one's secret. */
 static int rootSendTables(struct bsRoot* rt) {
   int64_t left = rt->timeoutMs - (mendTimeMs() - rt->firstMs);
   for (int j = 0; j < rt->nIds; j++) {
@@ -185,13 +390,25 @@ static int rootSendTables(struct bsRoot* rt) {
     memcpy(&id, rt->ids[j].internal, sizeof(id));
     int fd = -1;
     if (mendSocketConnect(&id.addr, &fd, &rootShutdown, left > 0 ? left : 1) != ncclSuccess) return 0;
-    struct rootHello h = {.magic = id.magic, .kind = ROOT_TABLE, .rank = rt->idIdx, .nRanks = rt->nRanks,
-                          .nIds = rt->nIds, .idIdx = j, .count = rt->groupCount};
-    ncclResult_t r = mendSocketSendAll(fd, &h, sizeof(h), &rootShutdown, ROOT_READ_MS);
+    struct mendBsRootHello h;
+    memset(&h, 0, sizeof(h));
+    h.magic = id.magic;
+    h.kind = MEND_BS_ROOT_TABLE;
+    h.rank = rt->idIdx;
+    h.nRanks = rt->nRanks;
+    h.nIds = rt->nIds;
+    h.idIdx = j;
+    h.count = rt->groupCount;
+    uint8_t nonce[MEND_BS_NONCE_BYTES];
+    ncclResult_t r = mendBsRecvChallenge(fd, nonce, &rootShutdown, ROOT_REPLY_MS, &id.addr);
+    if (r == ncclSuccess) {
+      h.mac = mendBsHelloMac(id.secret, nonce, &h);
+      r = mendSocketSendAll(fd, &h, sizeof(h), &rootShutdown, ROOT_REPLY_MS);
+    }
     for (int rank = 0; rank < rt->nRanks && r == ncclSuccess; rank++) {
-      if (rootOf(rank, rt->nRanks, rt->nIds) != rt->idIdx) continue;
-      struct rootEntry e = {.rank = rank, .addr = rt->table[rank]};
-      r = mendSocketSendAll(fd, &e, sizeof(e), &rootShutdown, ROOT_READ_MS);
+      if (mendBsRootOf(rank, rt->nRanks, rt->nIds) != rt->idIdx) continue;
+      struct mendBsRootEntry e = {.rank = rank, .addr = rt->table[rank]};
+      r = mendSocketSendAll(fd, &e, sizeof(e), &rootShutdown, ROOT_REPLY_MS);
     }
     close(fd);
     if (r != ncclSuccess) return 0;
@@ -199,70 +416,55 @@ static int rootSendTables(struct bsRoot* rt) {
   return 1;
 }
 
-static void rootHandle(struct bsRoot* rt, int fd) {
-  struct rootHello h;
-  if (mendSocketRecvAll(fd, &h, sizeof(h), &rootShutdown, ROOT_READ_MS) != ncclSuccess) { close(fd); return; }
-  if (h.magic != rt->magic) {
-    reply(fd, ROOT_ERR_MAGIC, 0, rt);
-    close(fd);
-    return;
+/* After each poll: forward our group when it is complete, answer everyone when all arrived.
+ * Returns 1 when the root is done. */
+static int rootStep(struct bsRoot* rt) {
+  if (rt->firstMs && mendTimeMs() - rt->firstMs > rt->timeoutMs) {
+    WARN("Bootstrap root: only %d of %d ranks arrived within %lld ms (MEND_BOOTSTRAP_TIMEOUT)", rt->nHave, rt->nRanks,
+         (long long)rt->timeoutMs);
+    rootAnswerAll(rt, MEND_BS_ROOT_ERR_TIMEOUT, rt->nHave);
+    return 1;
   }
-  if (rt->firstMs == 0) rt->firstMs = mendTimeMs();
-  if (h.kind == ROOT_HELLO) {
-    if (!rootHello(rt, fd, &h)) close(fd);
-  } else {
-    if (h.kind == ROOT_TABLE) rootTable(rt, fd, &h);
-    close(fd);
+  if (rt->nRanks < 0 || rt->groupGot < rt->groupCount) return 0;
+  if (rt->nIds > 1 && !rt->tablesSent) {
+    if (rt->ids == NULL || !rootSendTables(rt)) {
+      WARN("Bootstrap root %d: cannot forward its ranks to the other %d roots", rt->idIdx, rt->nIds - 1);
+      rootAnswerAll(rt, MEND_BS_ROOT_ERR_ROOTS, rt->idIdx);
+      return 1;
+    }
+    rt->tablesSent = 1;
   }
+  if (rt->nHave < rt->nRanks) return 0;
+  close(rt->listenFd);  /* no late connection can queue behind a finished rendezvous */
+  rt->listenFd = -1;
+  rootAnswerAll(rt, MEND_BS_ROOT_OK, 0);
+  TRACE(NCCL_BOOTSTRAP, "Bootstrap root %d: rendezvous of %d ranks done", rt->idIdx, rt->nRanks);
+  return 1;
 }
 
 static void rootFree(struct bsRoot* rt) {
+  while (rt->nConns > 0) connClose(rt, rt->nConns - 1);
   for (int r = 0; rt->fds && r < rt->nRanks; r++) if (rt->fds[r] >= 0) close(rt->fds[r]);
   if (rt->listenFd >= 0) close(rt->listenFd);
   free(rt->ids);
   free(rt->table);
   free(rt->have);
   free(rt->fds);
+  free(rt->nonces);
   free(rt);
 }
 
 static void* rootThread(void* arg) {
   struct bsRoot* rt = arg;
   while (!atomic_load(&rootShutdown)) {
-    if (rt->firstMs && mendTimeMs() - rt->firstMs > rt->timeoutMs) {
-      WARN("Bootstrap root: only %d of %d ranks arrived within %lld ms (MEND_BOOTSTRAP_TIMEOUT)", rt->nHave,
-           rt->nRanks, (long long)rt->timeoutMs);
-      rootFailAll(rt, ROOT_ERR_TIMEOUT, rt->nHave);
-      break;
-    }
-    struct pollfd p = {.fd = rt->listenFd, .events = POLLIN};
-    if (poll(&p, 1, 100) <= 0) continue;
-    int fd = -1;
-    if (mendSocketAccept(rt->listenFd, &fd, &rootShutdown, 0) != ncclSuccess) continue;
-    rootHandle(rt, fd);
-    if (rt->nRanks < 0 || rt->groupGot < rt->groupCount) continue;
-    if (rt->nIds > 1 && !rt->tablesSent) {
-      if (rt->ids == NULL || !rootSendTables(rt)) {
-        WARN("Bootstrap root %d: cannot forward its ranks to the other %d roots", rt->idIdx, rt->nIds - 1);
-        rootFailAll(rt, ROOT_ERR_ROOTS, rt->idIdx);
-        break;
-      }
-      rt->tablesSent = 1;
-    }
-    if (rt->nHave == rt->nRanks) {
-      close(rt->listenFd);  /* no late connection can queue behind a finished rendezvous */
-      rt->listenFd = -1;
-      rootFailAll(rt, ROOT_OK, 0);
-      TRACE(NCCL_BOOTSTRAP, "Bootstrap root %d: rendezvous of %d ranks done", rt->idIdx, rt->nRanks);
-      break;
-    }
+    rootPollOnce(rt);
+    if (rootStep(rt)) break;
   }
   rootFree(rt);
   return NULL;
 }
 
-/* Start a root on an open listening socket; nRanks < 0 when the first rank will tell. */
-static ncclResult_t rootStart(int listenFd, uint64_t magic, int nRanks) {
+ncclResult_t mendBsRootStart(int listenFd, const struct mendBsId* id, int nRanks) {
   struct bsRoot* rt = calloc(1, sizeof(*rt));
   if (rt == NULL) {
     close(listenFd);
@@ -270,16 +472,14 @@ static ncclResult_t rootStart(int listenFd, uint64_t magic, int nRanks) {
     return ncclSystemError;
   }
   rt->listenFd = listenFd;
-  rt->magic = magic;
+  rt->id = *id;
   rt->nRanks = -1;
   rt->timeoutMs = mendParamBootstrapTimeout();
-  if (nRanks > 0) {  /* NCCL_COMM_ID: rank 0's view is the reference, whoever arrives first */
-    struct rootHello self = {.nRanks = nRanks, .nIds = 1, .idIdx = 0};
-    if (!rootAdopt(rt, &self)) {
-      WARN("Bootstrap root: out of memory for %d ranks", nRanks);
-      rootFree(rt);
-      return ncclSystemError;
-    }
+  rt->helloMs = mendParamBootstrapHelloTimeout();
+  /* NCCL_COMM_ID: rank 0's view is the reference, whoever arrives first. */
+  if (nRanks > 0 && !rootAdopt(rt, nRanks, 1, 0)) {
+    rootFree(rt);
+    return ncclSystemError;
   }
   pthread_t t;
   pthread_attr_t attr;
@@ -294,178 +494,4 @@ static ncclResult_t rootStart(int listenFd, uint64_t magic, int nRanks) {
     return ncclSystemError;
   }
   return ncclSuccess;
-}
-
-/* ---------------------------------------------------------------- unique id */
-
-ncclResult_t mendBsListenOnOobIface(const union mendSocketAddr* near, int* fd, union mendSocketAddr* bound) {
-  struct mendIface iface;
-  const char* oob = mendParamOobIfname();
-  const char* spec = mendParamSocketIfname();
-  int found;
-  if (oob && *oob) {
-    found = mendFindInterfaces(oob, &iface, 1);
-    if (!found) {
-      WARN("MEND_OOB_IFNAME=%s matches no usable interface", oob);
-      return ncclSystemError;
-    }
-  } else {
-    found = near && mendFindInterfaceForRemote(near, &iface);
-    if (!found) found = mendFindInterfaces(spec, &iface, 1);
-    if (!found) {
-      WARN("No usable network interface for the bootstrap (NCCL_SOCKET_IFNAME=%s)", spec ? spec : "<unset>");
-      return ncclSystemError;
-    }
-  }
-  union mendSocketAddr addr = iface.addr;
-  if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0; else addr.sin6.sin6_port = 0;
-  MENDCHECK(mendSocketListen(&addr, fd, bound));
-  char name[MEND_SOCKET_NAME_MAXLEN];
-  INFO(NCCL_BOOTSTRAP, "Bootstrap: listening on %s (%s)", mendSocketAddrStr(bound, name), iface.name);
-  return ncclSuccess;
-}
-
-static uint64_t commIdMagic(const union mendSocketAddr* addr) {
-  char name[MEND_SOCKET_NAME_MAXLEN];
-  mendSocketAddrStr(addr, name);
-  return mendHash(name, strlen(name)) ^ 0x4e43434c434f4d4dULL;  /* identical on every rank */
-}
-
-ncclResult_t mendBootstrapGetUniqueId(ncclUniqueId* uid) {
-  struct mendBsId id;
-  memset(&id, 0, sizeof(id));
-  const char* env = mendParamCommId();
-  if (env && *env) {
-    if (mendSocketParseAddr(env, &id.addr) != ncclSuccess) {
-      WARN("Invalid NCCL_COMM_ID='%s': expected <ipv4>:<port>, [<ipv6>]:<port> or <host>:<port>", env);
-      return ncclInvalidArgument;
-    }
-    id.magic = commIdMagic(&id.addr);
-    id.fromCommId = 1;
-  } else {
-    int fd = -1;
-    MENDCHECK(mendBsListenOnOobIface(NULL, &fd, &id.addr));
-    id.magic = mendBsRandom64();
-    MENDCHECK(rootStart(fd, id.magic, -1));
-  }
-  memset(uid, 0, sizeof(*uid));
-  memcpy(uid->internal, &id, sizeof(id));
-  return ncclSuccess;
-}
-
-ncclResult_t mendBsGetLoopbackId(ncclUniqueId* uid) {
-  struct mendBsId id;
-  memset(&id, 0, sizeof(id));
-  union mendSocketAddr lo;
-  memset(&lo, 0, sizeof(lo));
-  lo.sin.sin_family = AF_INET;
-  lo.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int fd = -1;
-  MENDCHECK(mendSocketListen(&lo, &fd, &id.addr));
-  id.magic = mendBsRandom64();
-  MENDCHECK(rootStart(fd, id.magic, -1));
-  memset(uid, 0, sizeof(*uid));
-  memcpy(uid->internal, &id, sizeof(id));
-  return ncclSuccess;
-}
-
-/* ---------------------------------------------------------------- rank side */
-
-static void warnStatus(const struct rootReply* rep, int rank, int nRanks, const union mendSocketAddr* root) {
-  char name[MEND_SOCKET_NAME_MAXLEN];
-  mendSocketAddrStr(root, name);
-  switch (rep->status) {
-  case ROOT_ERR_MAGIC: WARN("Bootstrap: root %s rejected rank %d: the unique id does not belong to it (magic mismatch)", name, rank); break;
-  case ROOT_ERR_NRANKS: WARN("Bootstrap: rank %d called init with nranks=%d but other ranks use nranks=%d", rank, nRanks, rep->detail); break;
-  case ROOT_ERR_RANK: WARN("Bootstrap: root %s rejected rank %d of %d (out of range or wrong root for ncclCommInitRankScalable)", name, rank, nRanks); break;
-  case ROOT_ERR_DUP: WARN("Bootstrap: rank %d was already registered at root %s by another caller (duplicate rank)", rank, name); break;
-  case ROOT_ERR_TIMEOUT: WARN("Bootstrap: root %s gave up: only %d of %d ranks arrived (MEND_BOOTSTRAP_TIMEOUT)", name, rep->detail, nRanks); break;
-  case ROOT_ERR_ROOTS: WARN("Bootstrap: root %d could not reach the other roots", rep->detail); break;
-  default: WARN("Bootstrap: root %s answered with unknown status %d", name, rep->status); break;
-  }
-}
-
-/* Report to our root and receive the address table. */
-static ncclResult_t rendezvous(struct ncclComm* comm, int nIds, const ncclUniqueId* ids, const struct mendBsId* rootId,
-                               int rootIdx, const union mendSocketAddr* myAddr, union mendSocketAddr* table) {
-  int64_t timeout = mendParamBootstrapTimeout();
-  int fd = -1;
-  ncclResult_t res;
-  char name[MEND_SOCKET_NAME_MAXLEN];
-  MENDCHECK(mendSocketConnect(&rootId->addr, &fd, &comm->abortFlag, timeout));
-  struct rootHello h = {.magic = rootId->magic, .kind = ROOT_HELLO, .rank = comm->rank, .nRanks = comm->nRanks,
-                        .nIds = nIds, .idIdx = rootIdx, .count = nIds > 1 ? nIds : 0, .addr = *myAddr};
-  MENDCHECKGOTO(mendSocketSendAll(fd, &h, sizeof(h), &comm->abortFlag, timeout), res, fail_close);
-  if (nIds > 1)
-    MENDCHECKGOTO(mendSocketSendAll(fd, ids, (size_t)nIds * sizeof(*ids), &comm->abortFlag, timeout), res, fail_close);
-  struct rootReply rep;
-  MENDCHECKGOTO(mendSocketRecvAll(fd, &rep, sizeof(rep), &comm->abortFlag, timeout), res, fail_close);
-  if (rep.status != ROOT_OK) {
-    warnStatus(&rep, comm->rank, comm->nRanks, &rootId->addr);
-    res = rep.status == ROOT_ERR_TIMEOUT || rep.status == ROOT_ERR_ROOTS ? ncclRemoteError : ncclInvalidUsage;
-    goto fail_close;
-  }
-  if (rep.nRanks != comm->nRanks) {
-    WARN("Bootstrap: root %s sent a table of %d ranks, expected %d", mendSocketAddrStr(&rootId->addr, name),
-         rep.nRanks, comm->nRanks);
-    res = ncclInternalError;
-    goto fail_close;
-  }
-  MENDCHECKGOTO(mendSocketRecvAll(fd, table, (size_t)comm->nRanks * sizeof(*table), &comm->abortFlag, timeout), res,
-                fail_close);
-  close(fd);
-  return ncclSuccess;
-fail_close:
-  close(fd);
-  return res;
-}
-
-ncclResult_t mendBootstrapInit(struct ncclComm* comm, int nIds, const ncclUniqueId* ids) {
-  ncclResult_t res;
-  if (comm == NULL || ids == NULL || nIds < 1 || comm->nRanks < 1 || nIds > comm->nRanks) {
-    WARN("mendBootstrapInit: invalid arguments (nIds %d, nRanks %d)", nIds, comm ? comm->nRanks : 0);
-    return ncclInvalidArgument;
-  }
-  /* Identical ids (NCCL_COMM_ID on every rank) mean a single root. */
-  int same = 1;
-  for (int i = 1; i < nIds && same; i++) same = memcmp(&ids[i], &ids[0], sizeof(ids[0])) == 0;
-  if (same) nIds = 1;
-  int rootIdx = rootOf(comm->rank, comm->nRanks, nIds);
-  struct mendBsId rootId;
-  memcpy(&rootId, ids[rootIdx].internal, sizeof(rootId));
-  uint64_t magic = rootId.magic;
-  for (int i = 0; nIds > 1 && i < nIds; i++) {
-    struct mendBsId id;
-    memcpy(&id, ids[i].internal, sizeof(id));
-    magic = mendHashCombine(i ? magic : 0x4d454e44ULL, id.magic);
-  }
-  if (rootId.fromCommId && comm->rank == 0) {
-    int rfd = -1;
-    char name[MEND_SOCKET_NAME_MAXLEN];
-    if (mendSocketListen(&rootId.addr, &rfd, NULL) != ncclSuccess) {
-      WARN("Cannot start the bootstrap root at NCCL_COMM_ID=%s (the address must be local to rank 0)",
-           mendSocketAddrStr(&rootId.addr, name));
-      return ncclSystemError;
-    }
-    MENDCHECK(rootStart(rfd, rootId.magic, comm->nRanks));
-  }
-  int listenFd = -1;
-  union mendSocketAddr myAddr;
-  MENDCHECK(mendBsListenOnOobIface(&rootId.addr, &listenFd, &myAddr));
-  union mendSocketAddr* table = calloc((size_t)comm->nRanks, sizeof(*table));
-  if (table == NULL) {
-    WARN("Bootstrap: out of memory for %d addresses", comm->nRanks);
-    res = ncclSystemError;
-    goto fail_close_listen;
-  }
-  MENDCHECKGOTO(rendezvous(comm, nIds, ids, &rootId, rootIdx, &myAddr, table), res, fail_free_table);
-  /* mendBsCreate owns listenFd and table from here, on success and failure alike. */
-  MENDCHECK(mendBsCreate(comm, magic, listenFd, &myAddr, table, &comm->bootstrap));
-  INFO(NCCL_BOOTSTRAP, "Bootstrap: rank %d of %d connected through %d root(s)", comm->rank, comm->nRanks, nIds);
-  return ncclSuccess;
-fail_free_table:
-  free(table);
-fail_close_listen:
-  close(listenFd);
-  return res;
 }

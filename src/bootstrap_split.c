@@ -2,7 +2,8 @@
  * Child networks (ncclCommSplit, ncclCommShrink) built over the parent's, without a unique id.
  * Every child rank opens a listening socket; child rank 0 (the lowest parent rank of the child)
  * collects the members' addresses through the parent's point-to-point messages and sends everyone
- * the table and a fresh magic.  Only the child's members talk, so ranks excluded by a shrink (maybe
+ * the table, a fresh magic and a fresh key (over the parent's network, whose connections proved the
+ * parent's key).  Only the child's members talk, so ranks excluded by a shrink (maybe
  * dead) are never contacted.  Messages carry a key (hash of the member list) so that a leftover from
  * an interrupted earlier attempt is recognised and dropped.
  */
@@ -24,6 +25,7 @@ struct splitAsk {
 struct splitAnswer {
   uint64_t key;               /* same key */
   uint64_t magic;             /* the child network's magic */
+  uint8_t netKey[MEND_MAC_KEY_BYTES]; /* what the child network's connections prove */
 };
 
 static uint64_t childKey(const struct ncclComm* child, const int* parentRanks) {
@@ -33,7 +35,7 @@ static uint64_t childKey(const struct ncclComm* child, const int* parentRanks) {
 
 /* Child rank 0: collect every member's address, then answer each with the table. */
 static ncclResult_t splitLeader(struct mendBootstrap* pbs, struct ncclComm* child, const int* parentRanks,
-                                uint64_t key, union mendSocketAddr* table, uint64_t* magic) {
+                                uint64_t key, union mendSocketAddr* table, struct splitAnswer* out) {
   int n = child->nRanks;
   for (int i = 1; i < n; i++) {
     struct splitAsk ask;
@@ -43,14 +45,15 @@ static ncclResult_t splitLeader(struct mendBootstrap* pbs, struct ncclComm* chil
     } while (ask.key != key);
     table[i] = ask.addr;
   }
-  *magic = mendBsRandom64();
+  struct splitAnswer ans = {.key = key, .magic = mendBsRandom64()};
+  (void)mendRandomBytes(ans.netKey, sizeof(ans.netKey));
+  *out = ans;
   size_t bytes = sizeof(struct splitAnswer) + (size_t)n * sizeof(*table);
   char* msg = malloc(bytes);
   if (msg == NULL) {
     WARN("Split: out of memory for the %d-rank address table", n);
     return ncclSystemError;
   }
-  struct splitAnswer ans = {.key = key, .magic = *magic};
   memcpy(msg, &ans, sizeof(ans));
   memcpy(msg + sizeof(ans), table, (size_t)n * sizeof(*table));
   ncclResult_t res = ncclSuccess;
@@ -62,7 +65,7 @@ static ncclResult_t splitLeader(struct mendBootstrap* pbs, struct ncclComm* chil
 
 /* Other child ranks: send our address to child rank 0, receive the table. */
 static ncclResult_t splitMember(struct mendBootstrap* pbs, struct ncclComm* child, const int* parentRanks,
-                                uint64_t key, union mendSocketAddr* table, uint64_t* magic) {
+                                uint64_t key, union mendSocketAddr* table, struct splitAnswer* out) {
   int n = child->nRanks;
   struct splitAsk ask = {.key = key, .addr = table[child->rank]};
   MENDCHECK(mendBootstrapSend(pbs, parentRanks[0], MEND_BS_TAG_SPLIT, &ask, sizeof(ask)));
@@ -82,7 +85,7 @@ static ncclResult_t splitMember(struct mendBootstrap* pbs, struct ncclComm* chil
   } while (ans.key != key);
   if (res == ncclSuccess) {
     memcpy(table, msg + sizeof(ans), (size_t)n * sizeof(*table));
-    *magic = ans.magic;
+    *out = ans;
   }
   free(msg);
   return res;
@@ -107,11 +110,12 @@ ncclResult_t mendBootstrapSplit(struct ncclComm* parent, struct ncclComm* child,
     goto fail_close_listen;
   }
   table[child->rank] = myAddr;
-  uint64_t key = childKey(child, parentRanks), magic = 0;
-  if (child->rank == 0) MENDCHECKGOTO(splitLeader(pbs, child, parentRanks, key, table, &magic), res, fail_free_table);
-  else MENDCHECKGOTO(splitMember(pbs, child, parentRanks, key, table, &magic), res, fail_free_table);
+  uint64_t key = childKey(child, parentRanks);
+  struct splitAnswer ans;
+  if (child->rank == 0) MENDCHECKGOTO(splitLeader(pbs, child, parentRanks, key, table, &ans), res, fail_free_table);
+  else MENDCHECKGOTO(splitMember(pbs, child, parentRanks, key, table, &ans), res, fail_free_table);
   /* mendBsCreate owns listenFd and table from here. */
-  return mendBsCreate(child, magic, listenFd, &myAddr, table, &child->bootstrap);
+  return mendBsCreate(child, ans.magic, ans.netKey, listenFd, &myAddr, table, &child->bootstrap);
 fail_free_table:
   free(table);
 fail_close_listen:
