@@ -165,6 +165,7 @@ struct mendSocketPending {
   int fd;                        /* accepted socket, -1 when the slot is free */
   size_t got;                    /* hello bytes received */
   struct mendSocketHello hello;  /* the hello */
+  int64_t sinceMs;               /* when the accept sweep first saw it (0: not yet; a new slot is zeroed) */
 };
 
 struct mendSocketListenComm {

@@ -1,6 +1,7 @@
-// The bootstrap against a hostile network and careless users (issue 12): two jobs on one
-// NCCL_COMM_ID, strangers at the root and at a rank's listener, silent connections, lengths no
-// rendezvous allows, a flood of unreceived messages, accept at the descriptor limit.  Each test states the outcome and its time bound; the peer and root
+// The bootstrap and the socket Net against a hostile network and careless users (issue 12): two jobs
+// on one NCCL_COMM_ID, strangers at the root and at a rank's listener, silent connections, lengths no
+// rendezvous allows, a flood of unreceived messages, accept at the descriptor limit, half-open and
+// silent socket Net connections.  Each test states the outcome and its time bound; the peer and root
 // attackers speak the wire format of docs/bootstrap.md by hand.
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 
 #include "bootstrap_util.h"
 #include "mend_internal.h"
+#include "net_socket_fixture.h"
 #include "unit_util.h"
 
 namespace {
@@ -472,6 +474,85 @@ TEST_F(BootstrapAbuse, AcceptBacksOffAtFdLimit) {
   close(spare);
   runRanks(2, [&](int r) { checkAllGather(comms[r]); });
   closeRanks(comms);
+}
+
+// ---------------------------------------------------------------- item 4: the socket Net listener
+
+class NetSocketAbuse : public NetSocketBase {
+ protected:
+  void TearDown() override {
+    unsetenv("MEND_SOCKET_ACCEPT_TIMEOUT_MS");
+    NetSocketBase::TearDown();
+  }
+  // Mirrors of the socket Net's handle and hello (transport/net_socket.h, C only).
+  struct Handle { uint32_t magic, pad; uint64_t token; union mendSocketAddr addr; };
+  struct Hello { uint32_t magic; uint16_t index, nsocks; uint64_t listenToken, connToken; uint32_t chunk, inl; };
+
+  // Connect, then accept, until both are there or boundMs passes; returns the time taken (-1: failed).
+  double RealConnection(void* lc, char* handle, double boundMs) {
+    void *sc = nullptr, *rc = nullptr;
+    double t0 = nowMs();
+    while ((!sc || !rc) && nowMs() - t0 < boundMs) {
+      if (!sc) { EXPECT_EQ(N->connect(ctx_, 0, handle, &sc), ncclSuccess); }
+      if (!rc) { EXPECT_EQ(N->accept(lc, &rc), ncclSuccess); }
+    }
+    double took = sc && rc ? nowMs() - t0 : -1;
+    if (sc && rc) Exchange(sc, rc, 100000, 3);
+    if (sc) N->closeSend(sc);
+    if (rc) N->closeRecv(rc);
+    return took;
+  }
+};
+
+// 130 connections that send a valid hello and hang up: their slots are freed and a real connection
+// is accepted (before: the 130 slots stayed taken for good and no connection was accepted again).
+TEST_F(NetSocketAbuse, HalfOpenConnectionsAreFreed) {
+  char handle[MEND_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  ASSERT_EQ(N->listen(ctx_, 0, handle, &lc), ncclSuccess);
+  const Handle* h = (const Handle*)handle;
+  for (int i = 0; i < 130; i++) {
+    int fd = rawConnect(h->addr);
+    ASSERT_GE(fd, 0);
+    Hello m = {h->magic, 1, 2, h->token, 1000u + i, 65536, 0};  // data socket 1 of 2: its group never completes
+    ASSERT_EQ(mendSocketSendAll(fd, &m, sizeof(m), nullptr, 1000), ncclSuccess);
+    void* rc = nullptr;
+    ASSERT_EQ(N->accept(lc, &rc), ncclSuccess);
+    ASSERT_EQ(rc, nullptr);
+    close(fd);
+  }
+  EXPECT_GE(RealConnection(lc, handle, 3000), 0) << "a real connection after 130 half-open ones";
+  EXPECT_EQ(N->closeListen(lc), ncclSuccess);
+}
+
+// Silent connections held open are closed after MEND_SOCKET_ACCEPT_TIMEOUT_MS.
+TEST_F(NetSocketAbuse, SilentConnectionsExpire) {
+  setenv("MEND_SOCKET_ACCEPT_TIMEOUT_MS", "300", 1);
+  Reconfigure();
+  char handle[MEND_NET_HANDLE_MAXSIZE] = {};
+  void* lc = nullptr;
+  ASSERT_EQ(N->listen(ctx_, 0, handle, &lc), ncclSuccess);
+  std::vector<int> fds;
+  void* rc = nullptr;
+  for (int i = 0; i < 130; i++) {
+    fds.push_back(rawConnect(((const Handle*)handle)->addr));
+    ASSERT_EQ(N->accept(lc, &rc), ncclSuccess);
+  }
+  double t0 = nowMs();
+  while (nowMs() - t0 < 600) {
+    ASSERT_EQ(N->accept(lc, &rc), ncclSuccess);
+    usleep(10 * 1000);
+  }
+  int closed = 0;
+  for (int fd : fds) {
+    double eofMs;
+    readToEof(fd, 20, &eofMs);
+    closed += eofMs >= 0;
+    close(fd);
+  }
+  EXPECT_EQ(closed, 130);
+  EXPECT_GE(RealConnection(lc, handle, 3000), 0);
+  EXPECT_EQ(N->closeListen(lc), ncclSuccess);
 }
 
 }  // namespace
