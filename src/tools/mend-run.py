@@ -4,7 +4,8 @@
     mend-run -np N [options] prog [args...]
 
 Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NCCL_COMM_ID, MASTER_ADDR and
-MASTER_PORT (plus MEND_PERF_CTRL, the perf tools' control plane). Rank 0's output is shown as
+MASTER_PORT (plus MEND_PERF_CTRL, the perf tools' control plane, and MEND_JOB_SECRET, a random
+value per run unless set, so only this run's ranks can join its bootstrap). Rank 0's output is shown as
 it comes, unprefixed; the other ranks' output is kept and shown, prefixed with [rank], only for a
 rank that fails (or always with --all-output). The exit status is the worst rank's (124 on
 --timeout, 130 on Ctrl-C); when one rank fails, the others get --grace seconds, then are killed.
@@ -16,6 +17,7 @@ testbed needs root. Standard library only.
 """
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -66,6 +68,8 @@ def parse_args(argv):
             die("--env wants K=V, got %r" % kv)
         k, v = kv.split("=", 1)
         env[k] = v
+    if "MEND_JOB_SECRET" not in env and "MEND_JOB_SECRET" not in os.environ:
+        env["MEND_JOB_SECRET"] = secrets.token_hex(16)  # this run's ranks only (docs/bootstrap.md)
     a.env = env
     if a.hosts is not None:
         if a.hosts < 1 or a.np % a.hosts:
