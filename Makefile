@@ -113,9 +113,10 @@ $(STATIC): $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(PCFILE): src/nccl.pc.in makefiles/version.mk
+# The build tree's nccl.pc points at the build tree (make install writes one for PREFIX).
+$(PCFILE): src/nccl.pc.in makefiles/version.mk Makefile
 	@mkdir -p $(@D)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's/@VERSION@/$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)/g' $< > $@
+	sed -e 's|@PREFIX@|$(abspath $(BUILDDIR))|g' -e 's/@VERSION@/$(NCCL_MAJOR).$(NCCL_MINOR).$(NCCL_PATCH)/g' $< > $@
 
 $(BUILDDIR)/bin/%: src/tools/%.c $(STATIC)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/tools
@@ -169,6 +170,15 @@ $(BUILDDIR)/bin/d2d_bw: benchmarks/d2d_bw.c $(BUILDDIR)/obj/benchmarks/d2d_kerne
 	@mkdir -p $(@D) $(BUILDDIR)/obj/bench
 	$(CC) $(CFLAGS_TOOL) $(BENCH_FLAGS) -MF $(BUILDDIR)/obj/bench/d2d_bw.d $< \
 	    $(BUILDDIR)/obj/benchmarks/d2d_kernel.cu.o -o $@ $(BENCH_LIBS) -lstdc++ $(LIBS)
+
+# Peer benchmarks (benchmarks/peers: Open MPI's mpi_perf, Gloo's gloo_perf) for compare.py and
+# the compare test: built into $(BUILDDIR)/bin/peers by `make` where their libraries are installed
+# (libopenmpi-dev, libgloo-dev); the sub-make prints which peer it skipped and why.  They use only
+# nccl.h's types, not the library, so they are not rebuilt for MPI=, CUDA or sanitizer flavours.
+.PHONY: peers
+benchmarks: peers
+peers: $(HEADER)
+	@$(MAKE) --no-print-directory -C benchmarks/peers BUILDDIR=$(abspath $(BUILDDIR))
 
 include makefiles/tests.mk
 include makefiles/install.mk

@@ -9,8 +9,8 @@
 #  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
 #    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
 #  - failover_perf: --selftest (parsing, summary) and a short loop on a 2x2 testbed (root only)
-#  - compare.py on a tiny sweep (with the peers that are built)
-#  - mend-run propagates exit codes and timeouts
+#  - compare.py on a tiny sweep with every peer whose library is installed (make builds them)
+#  - mend-run propagates exit codes and timeouts; its usage with no arguments or no program
 # Every command runs under a timeout, so a hang is a failure, not a stuck test run.
 set -u
 cd "$(dirname "$0")/../.."
@@ -157,9 +157,20 @@ else
 fi
 
 # 7b. compare.py end to end on a tiny sweep: its section is written between its markers, the rest
-#     of the file is kept, and every peer that is built gets a numeric ratio per size.
+#     of the file is kept, and every peer that is built gets a numeric ratio per size.  `make`
+#     builds a peer wherever its library is installed (Open MPI: mpicc; Gloo: libgloo-dev's
+#     headers), so an installed library without its peer is a failed build, not a skip; with
+#     neither installed (.ci/install-deps --no-peers) the comparison runs Mend alone.
 printf '# kept\n' > "$TMP/results.md"
-peers=""; for p in mpi gloo; do [ -x "$B/bin/peers/${p}_perf" ] && peers="$peers${peers:+,}$p"; done
+peers=""; missing=""
+for p in mpi gloo; do
+  case $p in mpi) have=$(command -v mpicc);; gloo) have=$(ls /usr/include/gloo/allreduce.h 2>/dev/null);; esac
+  if [ -x "$B/bin/peers/${p}_perf" ]; then peers="$peers${peers:+,}$p"
+  elif [ -n "$have" ]; then missing="$missing $p"; fi
+done
+if [ -n "$missing" ]; then notok compare_peers_built
+  echo "    installed but not built by make:$missing (expected $B/bin/peers/<peer>_perf)"
+else ok compare_peers_built "${peers:-no peer library installed}"; fi
 run compare python3 benchmarks/compare.py --builddir "$B" --ranks 2 --colls allreduce --max 64 \
   --factor 8 --repeats 1 --peers "${peers:-none}" --timeout 60 --out "$TMP/results.md"
 if [ "$rc" -eq 0 ] && python3 - "$TMP/results.md" "$peers" > "$TMP/compare.chk" 2>&1 <<'PY'
@@ -183,6 +194,15 @@ else notok mendrun_ranks "$TMP/mendrun_ranks.out"; fi
 run mendrun_exitcode "$RUN" -np 3 sh -c '[ "$RANK" = 2 ] && exit 7; exit 0'
 if [ "$rc" -eq 7 ] && grep -q "rank 2 exited with 7" "$TMP/mendrun_exitcode.out"; then ok mendrun_exitcode
 else notok mendrun_exitcode "$TMP/mendrun_exitcode.out"; fi
+# With no arguments: the usage and every option on stderr, exit 2; no program: that, not "args".
+run mendrun_usage "$RUN"
+if [ "$rc" -eq 2 ] && grep -q '^usage: mend-run -np N \[options\] PROG \[ARGS...\]' "$TMP/mendrun_usage.out" &&
+   grep -q -- '--timeout' "$TMP/mendrun_usage.out" && ! grep -q 'required' "$TMP/mendrun_usage.out"; then ok mendrun_usage
+else notok mendrun_usage "$TMP/mendrun_usage.out"; fi
+run mendrun_no_program "$RUN" -np 2
+if [ "$rc" -eq 2 ] && grep -q 'error: no program to run$' "$TMP/mendrun_no_program.out" &&
+   ! grep -q 'args' "$TMP/mendrun_no_program.out"; then ok mendrun_no_program
+else notok mendrun_no_program "$TMP/mendrun_no_program.out"; fi
 run mendrun_timeout "$RUN" -np 2 --timeout 1 sleep 30
 if [ "$rc" -eq 124 ]; then ok mendrun_timeout; else notok mendrun_timeout "$TMP/mendrun_timeout.out"; fi
 run mendrun_failfast "$RUN" -np 2 --grace 1 sh -c '[ "$RANK" = 1 ] && exit 3; sleep 30'
