@@ -38,7 +38,8 @@ def die(msg, code=2):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="mend-run", description=__doc__.split("\n\n")[0],
+        prog="mend-run", usage="mend-run -np N [options] PROG [ARGS...]",
+        description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example: mend-run -np 4 build/bin/all_reduce_perf -b 8 -e 64M -f 2 -c 1")
     p.add_argument("-np", "-n", dest="np", type=int, required=True, help="number of ranks")
@@ -55,9 +56,15 @@ def parse_args(argv):
                    help="set an environment variable in every rank (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not show other ranks' output on failure")
     p.add_argument("--all-output", action="store_true", help="show every rank's output, prefixed")
-    p.add_argument("prog", help="program to run")
-    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    p.add_argument("prog", nargs="?", help="program to run")
+    # (argparse counts a REMAINDER positional as required in its error messages: it is not.)
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments").required = False
+    if not argv:
+        p.print_help(sys.stderr)
+        sys.exit(2)
     a = p.parse_args(argv)
+    if a.prog is None:
+        p.error("no program to run")
     if a.np < 1:
         die("-np must be at least 1")
     if not 0 < a.timeout <= 7 * 24 * 3600:
