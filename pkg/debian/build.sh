@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Debian packages: libnccl2-mend (runtime) and libnccl-mend-dev (headers, static library, pkg-config).
-# They provide, conflict with and replace NVIDIA's libnccl2 / libnccl-dev: a drop-in.
+# Debian packages: libnccl2-mend (runtime: the library, mend-info, mend-run, the perf tools,
+# failover_perf and the testbed modules they import) and libnccl-mend-dev (nccl.h, the static
+# library, libnccl.so and nccl.pc).  They provide, conflict with and replace NVIDIA's libnccl2 /
+# libnccl-dev: a drop-in.  Libraries go to the multiarch directory, as Debian's and NVIDIA's do.
 source "$(dirname "$0")/../common.sh"
-LIBDIR=usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+LIBDIR=usr/lib/$MULTIARCH
 VER="$NCCL_VER-$PKG_REV+mend$MEND_VER"
 S="$PKGDIR/debian/stage"; stage "$S" /usr
+# nccl.pc names the directory its library is in.
+sed -i "s|^libdir=.*|libdir=\${prefix}/lib/$MULTIARCH|" "$S/usr/lib/pkgconfig/nccl.pc"
 mkdir -p "$PKGDIR/debian"
-make_pkg() { # name description provides files...
-  local name=$1 desc=$2 prov=$3; shift 3
+make_pkg() { # name description provides depends files...
+  local name=$1 desc=$2 prov=$3 deps=$4; shift 4
   local root="$PKGDIR/debian/$name"
   rm -rf "$root"; mkdir -p "$root/DEBIAN" "$root/$LIBDIR"
   for f in "$@"; do
-    local dst="$root/$(dirname "$f" | sed "s|^usr/lib|$LIBDIR|")"; mkdir -p "$dst"; cp -a "$S/$f" "$dst/"
+    local dst; dst="$root/$(dirname "$f" | sed "s|^usr/lib|$LIBDIR|")"; mkdir -p "$dst"; cp -a "$S/$f" "$dst/"
   done
   cat > "$root/DEBIAN/control" <<CTL
 Package: $name
@@ -23,7 +28,7 @@ Priority: optional
 Provides: $prov (= $NCCL_VER)
 Conflicts: $prov
 Replaces: $prov
-Depends: libc6
+Depends: $deps
 Description: $desc
  Mend is a drop-in libnccl.so.2 whose collectives survive NIC, link and port failures.
 CTL
@@ -31,7 +36,10 @@ CTL
   dpkg-deb --root-owner-group --build "$root" "$PKGDIR/debian/${name}_${VER}_${ARCH_DEB}.deb" >/dev/null
   echo "$PKGDIR/debian/${name}_${VER}_${ARCH_DEB}.deb"
 }
+tools=$(cd "$S" && find usr/bin usr/share/mend -type f | sort)
+# python3: mend-run, failover_perf and the testbed modules are Python.
+# shellcheck disable=SC2086
 make_pkg libnccl2-mend "Mend: resilient NCCL-compatible collective communication library" libnccl2 \
-  usr/lib/libnccl.so.$NCCL_VER usr/lib/libnccl.so.2
+  "libc6, python3" usr/lib/libnccl.so.$NCCL_VER usr/lib/libnccl.so.2 $tools
 make_pkg libnccl-mend-dev "Mend: development files (nccl.h, static library, pkg-config)" libnccl-dev \
-  usr/include/nccl.h usr/lib/libnccl.so usr/lib/libnccl_static.a usr/lib/pkgconfig/nccl.pc
+  "libnccl2-mend (= $VER)" usr/include/nccl.h usr/lib/libnccl.so usr/lib/libnccl_static.a usr/lib/pkgconfig/nccl.pc
