@@ -190,7 +190,7 @@ static int tryLibrary(const char* entry, const char* want) {
 }
 
 static void loadPlugins(const char* want) {
-  const char* spec = mendGetEnv("NCCL_NET_PLUGIN");
+  const char* spec = mendParamNetPlugin();
   if (spec && strcasecmp(spec, "none") == 0) return;
   if (!spec || !spec[0]) {
     tryLibrary("libnccl-net.so", want);

@@ -47,11 +47,11 @@ static ncclResult_t initTuner(struct mendTuner* t, uint64_t commHash, int nRanks
 
 ncclResult_t mendTunerOpen(uint64_t commHash, int nRanks, int nNodes, struct mendTuner** tuner) {
   *tuner = NULL;
-  const char* spec = mendGetEnv("NCCL_TUNER_PLUGIN");
+  const char* spec = mendParamTunerPlugin();
   if (spec && strcasecmp(spec, "none") == 0) return ncclSuccess;
   void* lib = openTuner(spec && spec[0] ? spec : "libnccl-tuner.so");
   if (!lib && !(spec && spec[0])) {
-    const char* net = mendGetEnv("NCCL_NET_PLUGIN");  /* a net plugin library may carry the tuner */
+    const char* net = mendParamNetPlugin();  /* a net plugin library may carry the tuner */
     if (net && net[0] && strcasecmp(net, "none") != 0 && !strchr(net, ',')) lib = openTuner(net);
   }
   if (!lib) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mend-info: the parameter table (header and rows of the misc section), --env, --version, exit codes.
+# mend-info: the parameter table (header and rows of the misc section; every variable read by name
+# is a row), --env, --version, exit codes.
 set -u
 cd "$(dirname "$0")/../.."
 B=${MEND_BUILDDIR:-build}
@@ -45,6 +46,26 @@ grep -qx 'NCCL_WARN_ENABLE_DEBUG_INFO=1  (environment)' "$T/env" && ok env_lists
 grep -qx 'NCCL_DEBUG_FILE=/dev/null  (config file)' "$T/env" && ok env_lists_config_file \
   || nok env_lists_config_file "$(cat "$T/env")"
 grep -q '^NCCL_DEBUG_SUBSYS=' "$T/env" && nok env_only_set "NCCL_DEBUG_SUBSYS listed" || ok env_only_set
+
+# Every NCCL_*/MEND_* variable the library reads by name (getenv or mendGetEnv with a literal, or a
+# registry row's getter) is a row of --params: the plugin loaders' NCCL_NET_PLUGIN and
+# NCCL_TUNER_PLUGIN were read outside the registry (issue 15).
+reads=$(grep -rhoE '(getenv|mendGetEnv)\("(NCCL|MEND)_[A-Z0-9_]+"\)' src --include='*.c' --include='*.h' \
+        --exclude-dir=tools | grep -oE '(NCCL|MEND)_[A-Z0-9_]+' | sort -u)
+unlisted=$(for v in $reads NCCL_NET_PLUGIN NCCL_TUNER_PLUGIN; do grep -q "^$v " "$T/params" || echo "$v"; done | head -5)
+[ -z "$unlisted" ] && ok "params_list_every_read_variable # $(echo $reads | wc -w) read by name, plugins" \
+  || nok params_list_every_read_variable "$unlisted"
+# A plugin variable that is used is never logged as ignored.
+tuner="$B/lib/libnccl-tuner-example.so"
+if [ -f "$tuner" ] && [ -x "$B/bin/all_reduce_perf" ]; then
+  env NCCL_TUNER_PLUGIN="$tuner" NCCL_NET_PLUGIN=none NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV,TUNING \
+    LD_LIBRARY_PATH="$B/lib" timeout 60 "$B/bin/all_reduce_perf" -t 2 -b 8 -e 8 -n 1 -w 0 > "$T/tuner" 2>&1; rc=$?
+  [ $rc -eq 0 ] && grep -q 'NCCL_TUNER_PLUGIN set by environment' "$T/tuner" && grep -q 'TUNER/Plugin: using' "$T/tuner" \
+    && ! grep -q 'PLUGIN is set .* ignored' "$T/tuner" && ok plugin_variables_not_ignored \
+    || nok plugin_variables_not_ignored "rc=$rc $(grep -i 'plugin' "$T/tuner" | head -3)"
+else
+  ok "plugin_variables_not_ignored # SKIP no example tuner (make tests builds it)"
+fi
 
 "$TOOL" --version > "$T/ver"; rc=$?
 [ $rc -eq 0 ] && grep -Eq '^NCCL version 2\.[0-9]+\.[0-9]+.*\+(host|cuda[0-9]+\.[0-9]+) \(code [0-9]+\), Mend ' "$T/ver" \
