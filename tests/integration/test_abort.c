@@ -11,6 +11,7 @@
  * are done.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "mp_util.h"
 
@@ -22,7 +23,7 @@ struct blocked {
   float* buf;        /* its buffer */
   ncclResult_t res;  /* what the AllReduce returned */
   double doneAt;     /* when it returned */
-  volatile int done; /* it returned */
+  _Atomic int done;  /* it returned (res and doneAt are written before; TSan flagged a volatile int) */
 };
 
 static void* blockedMain(void* p) {
