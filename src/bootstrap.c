@@ -249,7 +249,8 @@ static void expireUnproven(struct mendBootstrap* bs) {
 }
 
 /* Our outgoing connection became readable: the peer only writes a BYE there before hanging up, so
- * EOF after a BYE is an orderly close and EOF without one a lost peer. */
+ * EOF after its BYE, or after ours (it hangs up once it has read it), is an orderly close; EOF
+ * otherwise is a lost peer. */
 static void checkSendFd(struct mendBootstrap* bs, int peer, int fd) {
   struct mendBsPeer* p = &bs->peers[peer];
   char* dst = (char*)&p->back;
@@ -260,7 +261,7 @@ static void checkSendFd(struct mendBootstrap* bs, int peer, int fd) {
     return;
   }
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  int bye = p->backOff == sizeof(p->back) && p->back.type == MEND_BS_BYE;
+  int bye = (p->backOff == sizeof(p->back) && p->back.type == MEND_BS_BYE) || atomic_load(&p->byeSaid);
   int prev = MEND_BS_LINK_OPEN;
   atomic_compare_exchange_strong(&p->sendState, &prev, bye ? MEND_BS_LINK_BYE : MEND_BS_LINK_LOST);
   if (bye) TRACE(NCCL_BOOTSTRAP, "Bootstrap rank %d: rank %d closed", bs->rank, peer);
@@ -754,6 +755,7 @@ static int sayBye(struct mendBootstrap* bs, int peer, int64_t deadline) {
     }
     shutdown(fd, SHUT_WR);
     said = off == sizeof(h);
+    if (said) atomic_store(&p->byeSaid, 1);
   }
   pthread_mutex_unlock(&p->sendLock);
   return said;

@@ -125,6 +125,7 @@ struct mendBsPeer {
   struct mendBsMsg* qTail;    /* last buffered message */
   struct mendBsHeader back;   /* BYE the peer writes back on sendFd when it closes (receiver thread) */
   size_t backOff;             /* bytes of `back` read so far */
+  _Atomic int byeSaid;        /* we sent our BYE on sendFd: the peer hanging up after it is orderly */
   size_t buffered;            /* payload bytes of qHead.. plus the message being read (under bs->lock) */
 };
 
