@@ -144,17 +144,19 @@ TEST_F(NetSocketData, OrderingOf1000) {
 // Throughput of 4 MiB messages between two threads (printed, not asserted; see docs/net.md).
 // Like a proxy, a thread whose request is not done yet gives the CPU away before testing again:
 // on 2 cores, two threads spinning in test() starve the helpers (and the kernel's TCP work).
+// Each receive in flight has its own buffer (they are written at once, by different helpers).
 double Throughput(void* sc, void* rc, size_t bytes, int iters) {
-  std::vector<char> src(bytes), dst(bytes);
+  const int depth = 4;
+  std::vector<char> src(bytes);
+  std::vector<std::vector<char>> dst(depth, std::vector<char>(bytes));
   fill(src, 42);
   std::atomic<int> failed{0};
   double t0 = nowMs();
   std::thread rx([&] {
-    const int depth = 4;
     std::vector<void*> reqs;
     for (int posted = 0, done = 0; done < iters && !failed;) {
       while (posted < iters && posted - done < depth) {
-        void *req = nullptr, *d = dst.data(), *mh = nullptr;
+        void *req = nullptr, *d = dst[posted % depth].data(), *mh = nullptr;
         size_t sz = bytes;
         int tag = 0;
         if (N->irecv(rc, 1, &d, &sz, &tag, &mh, &req) != ncclSuccess) { failed = 1; return; }
@@ -168,7 +170,6 @@ double Throughput(void* sc, void* rc, size_t bytes, int iters) {
       else sched_yield();
     }
   });
-  const int depth = 4;
   std::vector<void*> reqs;
   for (int posted = 0, done = 0; done < iters && !failed;) {
     while (posted < iters && posted - done < depth) {
@@ -186,9 +187,17 @@ double Throughput(void* sc, void* rc, size_t bytes, int iters) {
   rx.join();
   double sec = (nowMs() - t0) / 1e3;
   EXPECT_EQ(failed.load(), 0);
-  EXPECT_EQ(memcmp(src.data(), dst.data(), bytes), 0);
+  for (int k = 0; k < depth && k < iters; k++) EXPECT_EQ(memcmp(src.data(), dst[k].data(), bytes), 0) << k;
   return (double)bytes * iters / sec / 1e9;
 }
+
+// Under TSan every byte received is costly (96 x 4 MiB x 3 runs x 6 set-ups passed the 120 s watchdog)
+// and the numbers mean nothing: fewer messages there.
+#ifdef __SANITIZE_THREAD__
+constexpr int kPerfIters = 8;
+#else
+constexpr int kPerfIters = 96;
+#endif
 
 TEST_F(NetSocketPerf, Throughput4MiB) {
   struct { const char* name; int threads, socks; } cfgs[] = {
@@ -203,9 +212,9 @@ TEST_F(NetSocketPerf, Throughput4MiB) {
     SetConfig(c.threads, c.socks);
     void *sc, *rc;
     Connect(&sc, &rc);
-    Throughput(sc, rc, 4 << 20, 16);  // warm-up: TCP buffer autotuning
+    Throughput(sc, rc, 4 << 20, kPerfIters / 6 + 1);  // warm-up: TCP buffer autotuning
     std::vector<double> runs;
-    for (int r = 0; r < 3; r++) runs.push_back(Throughput(sc, rc, 4 << 20, 96));
+    for (int r = 0; r < 3; r++) runs.push_back(Throughput(sc, rc, 4 << 20, kPerfIters));
     std::sort(runs.begin(), runs.end());
     printf("[ NetSocket ] 4 MiB messages over loopback, %-38s median %.2f GB/s (min %.2f, max %.2f)\n", c.name,
            runs[1], runs[0], runs[2]);
