@@ -8,6 +8,7 @@
  * unsupported).  Registrations still alive at destroy are released then.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -164,6 +165,8 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, v
   *handle = NULL;
   MENDARGCHECK(buff != NULL, ncclInvalidArgument, "ncclCommRegister: buff is NULL");
   MENDARGCHECK(size > 0, ncclInvalidArgument, "ncclCommRegister: size is 0");
+  MENDARGCHECK(size <= (size_t)PTRDIFF_MAX && (uintptr_t)buff <= UINTPTR_MAX - (size - 1), ncclInvalidArgument,
+               "ncclCommRegister: range %p + %zu bytes wraps the address space", buff, size);
   struct mendReg* r = calloc(1, sizeof(*r));
   if (r == NULL) {
     WARN("ncclCommRegister: out of memory");

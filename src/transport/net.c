@@ -26,7 +26,8 @@ struct netConn {
   int dev;                            /* local Net device (the channel's netDev) */
   void* mem;                          /* local FIFO page + slots */
   int registered;                     /* device mode: mem is registered with CUDA (kernels reach it) */
-  char handle[MEND_NET_HANDLE_MAXSIZE];/* peer's listen handle (sender); kept: connect may keep state in it */
+  _Alignas(8) char handle[MEND_NET_HANDLE_MAXSIZE]; /* peer's listen handle (sender); kept: connect may keep
+                                                      state in it; aligned: Nets read it as their struct */
   int haveHandle;                     /* handle copied from the peer's info */
   void* listenComm;                   /* receiver, until accepted */
   void* netComm;                      /* send or recv comm once connected */

@@ -41,7 +41,7 @@ struct mendConnInfo {
     } p2p;
     struct { char name[MEND_SHM_NAME_LEN]; } shm;  /* segment name (receiver -> sender) */
     struct { char handle[64]; } ipc;               /* device mode, same GPU: CUDA IPC handle of the block */
-    struct { char handle[MEND_NET_HANDLE_MAXSIZE]; } net;  /* listen handle (receiver -> sender) */
+    struct { _Alignas(8) char handle[MEND_NET_HANDLE_MAXSIZE]; } net;  /* listen handle (receiver -> sender) */
   } u;
 };
 

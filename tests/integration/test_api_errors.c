@@ -99,6 +99,8 @@ static void memoryErrors(ncclComm_t c) {
   expect("api_errors_register_handle_null", ncclCommRegister(c, area, sizeof area, NULL), IA, "handle");
   expect("api_errors_register_buff_null", ncclCommRegister(c, NULL, sizeof area, &h), IA, "buff");
   expect("api_errors_register_size0", ncclCommRegister(c, area, 0, &h), IA, "size");
+  expect("api_errors_register_size_max", ncclCommRegister(c, area, SIZE_MAX, &h), IA, "wraps");
+  expect("api_errors_register_wraps", ncclCommRegister(c, (void*)(UINTPTR_MAX - 4095), 8192, &h), IA, "wraps");
   expect("api_errors_deregister_bogus", ncclCommDeregister(c, area), IA, "not a live registration");
   ncclWindow_t win;
   expect("api_errors_window_null", ncclCommWindowRegister(c, area, sizeof area, NULL, 0), IA, "win");
