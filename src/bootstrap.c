@@ -249,8 +249,9 @@ static void expireUnproven(struct mendBootstrap* bs) {
 }
 
 /* Our outgoing connection became readable: the peer only writes a BYE there before hanging up, so
- * EOF after its BYE, or after ours (it hangs up once it has read it), is an orderly close; EOF
- * otherwise is a lost peer. */
+ * EOF after its BYE there, after ours (it hangs up once it has read it), or once its own link to us
+ * closed with a BYE (it is closing in order; a reset can overtake the BYE written back) is an
+ * orderly close; EOF otherwise is a lost peer. */
 static void checkSendFd(struct mendBootstrap* bs, int peer, int fd) {
   struct mendBsPeer* p = &bs->peers[peer];
   char* dst = (char*)&p->back;
@@ -261,7 +262,10 @@ static void checkSendFd(struct mendBootstrap* bs, int peer, int fd) {
     return;
   }
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  int bye = (p->backOff == sizeof(p->back) && p->back.type == MEND_BS_BYE) || atomic_load(&p->byeSaid);
+  pthread_mutex_lock(&bs->lock);
+  int peerSaidBye = p->recvState == MEND_BS_LINK_BYE; /* its own link to us closed in order */
+  pthread_mutex_unlock(&bs->lock);
+  int bye = (p->backOff == sizeof(p->back) && p->back.type == MEND_BS_BYE) || atomic_load(&p->byeSaid) || peerSaidBye;
   int prev = MEND_BS_LINK_OPEN;
   atomic_compare_exchange_strong(&p->sendState, &prev, bye ? MEND_BS_LINK_BYE : MEND_BS_LINK_LOST);
   if (bye) TRACE(NCCL_BOOTSTRAP, "Bootstrap rank %d: rank %d closed", bs->rank, peer);
@@ -307,12 +311,12 @@ static void* rxThread(void* arg) {
     int rc = poll(pfd, (nfds_t)n, pause < 1 ? 1 : pause < BS_POLL_MS ? (int)pause : BS_POLL_MS);
     if (rc <= 0) continue;
     if (pfd[0].revents) { uint64_t v; (void)!read(bs->wakeFd, &v, sizeof(v)); }
-    /* Walk backwards: readRx may swap the last rx entry into a dropped one's place. */
-    for (int k = n - 1; k >= 2; k--) {
-      if (!pfd[k].revents) continue;
-      if (who[k] >= 0) { if (who[k] < bs->nRx) readRx(bs, who[k]); }
-      else checkSendFd(bs, -who[k] - 2, pfd[k].fd);
-    }
+    /* Incoming connections first, so a peer's BYE is seen before the hang-up of our link to it.
+     * Walk backwards: readRx may swap the last rx entry into a dropped one's place. */
+    for (int k = n - 1; k >= 2; k--)
+      if (pfd[k].revents && who[k] >= 0 && who[k] < bs->nRx) readRx(bs, who[k]);
+    for (int k = n - 1; k >= 2; k--)
+      if (pfd[k].revents && who[k] < 0) checkSendFd(bs, -who[k] - 2, pfd[k].fd);
     if (pfd[1].revents) acceptNew(bs);
   }
   free(pfd);
@@ -745,6 +749,7 @@ static int sayBye(struct mendBootstrap* bs, int peer, int64_t deadline) {
   int said = 0;
   if (fd >= 0 && atomic_load(&p->sendState) == MEND_BS_LINK_OPEN) {
     struct mendBsHeader h = {.type = MEND_BS_BYE};
+    atomic_store(&p->byeSaid, 1); /* before it leaves: the peer's hang-up can race our own receiver */
     size_t off = 0;
     while (off < sizeof(h) && mendTimeMs() < deadline) {
       ssize_t n = send(fd, (char*)&h + off, sizeof(h) - off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -755,7 +760,6 @@ static int sayBye(struct mendBootstrap* bs, int peer, int64_t deadline) {
     }
     shutdown(fd, SHUT_WR);
     said = off == sizeof(h);
-    if (said) atomic_store(&p->byeSaid, 1);
   }
   pthread_mutex_unlock(&p->sendLock);
   return said;
