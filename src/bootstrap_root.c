@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -62,6 +63,12 @@ struct bsRoot {
   int nHave;                           /* entries known */
   int groupCount, groupGot;            /* ranks reporting to this root, and how many did */
   int tablesSent;                      /* our group's table went to the other roots */
+  pthread_t sender;                    /* sends it, so this thread keeps answering the other roots'
+                                          connections meanwhile (two roots sending to each other at
+                                          once would each wait for the other's challenge) */
+  int senderStarted;                   /* sender must be joined */
+  _Atomic int senderDone;              /* it returned */
+  _Atomic int senderOk;                /* and every other root took the table */
   int64_t firstMs;                     /* first proven contact, for the rendezvous bound */
   int64_t timeoutMs;                   /* MEND_BOOTSTRAP_TIMEOUT */
   int64_t helloMs;                     /* MEND_BOOTSTRAP_HELLO_TIMEOUT */
@@ -416,6 +423,26 @@ static int rootSendTables(struct bsRoot* rt) {
   return 1;
 }
 
+static void* senderMain(void* arg) {
+  struct bsRoot* rt = arg;
+  atomic_store(&rt->senderOk, rootSendTables(rt));
+  atomic_store(&rt->senderDone, 1);
+  return NULL;
+}
+
+/* Forward our complete group to the other roots from a helper thread: 1 when done, 0 while it
+ * runs, -1 when it failed. */
+static int rootForward(struct bsRoot* rt) {
+  if (rt->ids == NULL) return -1;
+  if (!rt->senderStarted) {
+    if (pthread_create(&rt->sender, NULL, senderMain, rt) != 0) return -1;
+    rt->senderStarted = 1;
+    return 0;
+  }
+  if (!atomic_load(&rt->senderDone)) return 0;
+  return atomic_load(&rt->senderOk) ? 1 : -1;
+}
+
 /* After each poll: forward our group when it is complete, answer everyone when all arrived.
  * Returns 1 when the root is done. */
 static int rootStep(struct bsRoot* rt) {
@@ -427,11 +454,13 @@ static int rootStep(struct bsRoot* rt) {
   }
   if (rt->nRanks < 0 || rt->groupGot < rt->groupCount) return 0;
   if (rt->nIds > 1 && !rt->tablesSent) {
-    if (rt->ids == NULL || !rootSendTables(rt)) {
+    int fw = rootForward(rt);
+    if (fw < 0) {
       WARN("Bootstrap root %d: cannot forward its ranks to the other %d roots", rt->idIdx, rt->nIds - 1);
       rootAnswerAll(rt, MEND_BS_ROOT_ERR_ROOTS, rt->idIdx);
       return 1;
     }
+    if (fw == 0) return 0;
     rt->tablesSent = 1;
   }
   if (rt->nHave < rt->nRanks) return 0;
@@ -460,6 +489,7 @@ static void* rootThread(void* arg) {
     rootPollOnce(rt);
     if (rootStep(rt)) break;
   }
+  if (rt->senderStarted) pthread_join(rt->sender, NULL); /* bounded: its sends stop at rootShutdown or time out */
   rootFree(rt);
   return NULL;
 }
