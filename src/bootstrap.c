@@ -59,11 +59,31 @@ static void enqueue(struct mendBootstrap* bs, int peer, struct mendBsMsg* msg) {
   pthread_mutex_unlock(&bs->lock);
 }
 
+/* Receiver thread: the link of `peer` ended (state BYE or LOST); tell the callback once. */
+static void peerGone(struct mendBootstrap* bs, int peer, int state) {
+  if (peer < 0 || peer >= bs->nRanks || bs->peers[peer].goneSaid || state == MEND_BS_LINK_OPEN) return;
+  bs->peers[peer].goneSaid = 1;
+  pthread_mutex_lock(&bs->goneLock);
+  if (bs->goneFn && !atomic_load(&bs->closing) && !atomic_load(&bs->abort))
+    bs->goneFn(bs->goneArg, peer, state == MEND_BS_LINK_LOST); /* not our own close or abort */
+  pthread_mutex_unlock(&bs->goneLock);
+}
+
+void mendBootstrapSetPeerGone(struct mendBootstrap* bs, mendBsPeerGoneFn fn, void* arg) {
+  if (bs == NULL) return;
+  pthread_mutex_lock(&bs->goneLock);
+  bs->goneFn = fn;
+  bs->goneArg = arg;
+  pthread_mutex_unlock(&bs->goneLock);
+}
+
 static void setRecvState(struct mendBootstrap* bs, int peer, int state) {
   pthread_mutex_lock(&bs->lock);
-  if (bs->peers[peer].recvState == MEND_BS_LINK_OPEN) bs->peers[peer].recvState = state;
+  int changed = bs->peers[peer].recvState == MEND_BS_LINK_OPEN;
+  if (changed) bs->peers[peer].recvState = state;
   pthread_cond_broadcast(&bs->cond);
   pthread_mutex_unlock(&bs->lock);
+  if (changed) peerGone(bs, peer, state);
 }
 
 /* Count `bytes` against what `peer` may have buffered here; 0 when that would pass the bound. */
@@ -267,12 +287,13 @@ static void checkSendFd(struct mendBootstrap* bs, int peer, int fd) {
   pthread_mutex_unlock(&bs->lock);
   int bye = (p->backOff == sizeof(p->back) && p->back.type == MEND_BS_BYE) || atomic_load(&p->byeSaid) || peerSaidBye;
   int prev = MEND_BS_LINK_OPEN;
-  atomic_compare_exchange_strong(&p->sendState, &prev, bye ? MEND_BS_LINK_BYE : MEND_BS_LINK_LOST);
+  int changed = atomic_compare_exchange_strong(&p->sendState, &prev, bye ? MEND_BS_LINK_BYE : MEND_BS_LINK_LOST);
   if (bye) TRACE(NCCL_BOOTSTRAP, "Bootstrap rank %d: rank %d closed", bs->rank, peer);
   else INFO(NCCL_BOOTSTRAP, "Bootstrap rank %d: connection to rank %d lost", bs->rank, peer);
   pthread_mutex_lock(&bs->lock);
   pthread_cond_broadcast(&bs->cond);
   pthread_mutex_unlock(&bs->lock);
+  if (changed) peerGone(bs, peer, bye ? MEND_BS_LINK_BYE : MEND_BS_LINK_LOST);
 }
 
 static void* rxThread(void* arg) {
@@ -352,6 +373,7 @@ ncclResult_t mendBsCreate(struct ncclComm* comm, uint64_t magic, const uint8_t k
     atomic_store(&bs->peers[p].sendFd, -1);
   }
   pthread_mutex_init(&bs->lock, NULL);
+  pthread_mutex_init(&bs->goneLock, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -434,6 +456,7 @@ static void freeAll(struct mendBootstrap* bs) {
   if (bs->wakeFd >= 0) close(bs->wakeFd);
   pthread_cond_destroy(&bs->cond);
   pthread_mutex_destroy(&bs->lock);
+  pthread_mutex_destroy(&bs->goneLock);
   free(bs->peers);
   free(bs->peerAddrs);
   free(bs);

@@ -35,6 +35,11 @@ ncclResult_t mendBootstrapBarrier(struct mendBootstrap* bs, int tag);
  * until abort; returns ncclInProgress when nothing arrived within timeoutMs. */
 ncclResult_t mendBootstrapRecvAny(struct mendBootstrap* bs, int tag, int* peer, void* data, size_t size,
                                   int64_t timeoutMs);
+/* Called on the bootstrap's receiver thread, once per peer, when the peer's link ends: lost = 1 when
+ * it broke (the process died or aborted), 0 when the peer closed its communicator in order.  Set
+ * with fn NULL to stop the calls; that returns only after a call in progress finished. */
+typedef void (*mendBsPeerGoneFn)(void* arg, int peer, int lost);
+void mendBootstrapSetPeerGone(struct mendBootstrap* bs, mendBsPeerGoneFn fn, void* arg);
 /* Stop every wait (abort) and free.  Never blocks on peers. */
 ncclResult_t mendBootstrapAbort(struct mendBootstrap* bs);
 /* Orderly close: a short handshake so no peer sees "connection closed" mid-read. */

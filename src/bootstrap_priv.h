@@ -126,6 +126,7 @@ struct mendBsPeer {
   struct mendBsHeader back;   /* BYE the peer writes back on sendFd when it closes (receiver thread) */
   size_t backOff;             /* bytes of `back` read so far */
   _Atomic int byeSaid;        /* we sent our BYE on sendFd: the peer hanging up after it is orderly */
+  int goneSaid;               /* the peer-gone callback ran for this peer (receiver thread only) */
   size_t buffered;            /* payload bytes of qHead.. plus the message being read (under bs->lock) */
 };
 
@@ -168,6 +169,9 @@ struct mendBootstrap {
   int threadRunning;              /* thread must be joined */
   struct mendBsRx* rx;            /* incoming connections (receiver thread only) */
   int nRx, maxRx;                 /* used / allocated entries of rx */
+  pthread_mutex_t goneLock;       /* goneFn/goneArg, held while the callback runs */
+  mendBsPeerGoneFn goneFn;        /* told when a peer's link ends (the transport fails its connectors) */
+  void* goneArg;                  /* its argument */
   pthread_mutex_t lock;           /* message queues and recvState */
   pthread_cond_t cond;            /* signalled on every arrival and state change */
   uint64_t seq;                   /* next arrival number */

@@ -162,7 +162,11 @@ static ncclResult_t connectPlans(struct mendPlan** plans, int nPlans) {
     if (mendPlanPendingConns(plans[i]) > 0) { pending++; last = i; }
   }
   if (pending == 0) return ncclSuccess;
-  if (pending == 1) return mendPlanConnect(plans[last]);
+  if (pending == 1) {
+    ncclResult_t r = mendPlanConnect(plans[last]);
+    if (r != ncclSuccess) mendCommSetAsyncError(plans[last]->comm, r); /* a peer it cannot reach: broken */
+    return r;
+  }
   struct connectTask* tasks;
   MENDCHECK(MENDCALLOC(tasks, nPlans));
   ncclResult_t res = ncclSuccess;
@@ -181,6 +185,7 @@ static ncclResult_t connectPlans(struct mendPlan** plans, int nPlans) {
   for (int i = 0; i < nPlans; i++) {
     if (!tasks[i].started) continue;
     pthread_join(tasks[i].thread, NULL);
+    if (tasks[i].res != ncclSuccess) mendCommSetAsyncError(plans[i]->comm, tasks[i].res);
     if (tasks[i].res != ncclSuccess && res == ncclSuccess) res = tasks[i].res;
   }
   free(tasks);

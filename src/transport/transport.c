@@ -13,6 +13,7 @@
 
 #include "bootstrap.h"
 #include "checks.h"
+#include "device/kernel.h"
 #include "misc/cudrv.h"
 #include "misc/param.h"
 #include "misc/utils.h"
@@ -206,6 +207,37 @@ static void logPeers(struct ncclComm* comm) {
   }
 }
 
+/* The bootstrap saw a peer's link end.  Its p2p and shm connectors can never move again: mark them
+ * failed, so an operation waiting on one fails (the host engine looks only when nothing moved, so
+ * data already in a FIFO is still used), and in device mode stop the kernels when the peer died.
+ * Net connectors have their own failure detection (hot repair). */
+static void peerGone(void* arg, int peer, int lost) {
+  struct ncclComm* comm = arg;
+  struct mendTransport* t = comm->transport;
+  int marked = 0;
+  pthread_mutex_lock(&t->lock);
+  for (size_t i = 0; i < sizeof(t->slices) / sizeof(t->slices[0]); i++) {
+    struct mendConnector* conn = t->slices[i] ? t->slices[i][peer] : NULL;
+    if (!conn || !conn->connected || conn->kind == MEND_TRANSPORT_NET) continue;
+    int none = ncclSuccess;
+    marked += atomic_compare_exchange_strong(&conn->error, &none, (int)ncclRemoteError);
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (marked && lost) {
+    WARN("Rank %d: rank %d is gone (its process died or aborted): operations waiting on it fail", comm->rank, peer);
+    if (comm->devState) {
+      __atomic_store_n(&comm->devState->errPeer, peer, __ATOMIC_RELAXED);
+      int32_t none = 0;
+      __atomic_compare_exchange_n(&comm->devState->error, &none, (int32_t)ncclRemoteError, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE);
+    }
+  } else if (marked) {
+    INFO(NCCL_INIT, "Rank %d: rank %d closed its communicator; operations still waiting on it fail", comm->rank,
+         peer);
+  }
+  if (marked && comm->bell) mendBellRing(comm->bell);
+}
+
 ncclResult_t mendTransportInit(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct mendTransport* t;
@@ -231,6 +263,7 @@ ncclResult_t mendTransportInit(struct ncclComm* comm) {
   bellSegUnlink(t->bellSeg);
   MENDCHECKGOTO(mendGraphSetup(comm, t->nNicsMax), res, fail);
   logPeers(comm);
+  mendBootstrapSetPeerGone(comm->bootstrap, peerGone, comm);
   return ncclSuccess;
 fail:
   mendTransportFree(comm);
@@ -274,6 +307,7 @@ static void freeConnectors(struct ncclComm* comm) {
 ncclResult_t mendTransportFree(struct ncclComm* comm) {
   struct mendTransport* t = comm ? comm->transport : NULL;
   if (!t) return ncclSuccess;
+  mendBootstrapSetPeerGone(comm->bootstrap, NULL, NULL); /* returns after a call in progress */
   mendCuEnter(comm->cuCtx); /* device mode: connector memory is freed through the driver */
   /* The proxy and the resilience service go first: they are the other users of net connectors. */
   mendProxyDestroy(comm);

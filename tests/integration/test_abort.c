@@ -6,7 +6,8 @@
  *   - ncclCommDestroy with a stopped peer returns in bounded time;
  *   - ncclCommRevoke likewise stops a blocked AllReduce, and ncclCommShrink then rebuilds the
  *     communicator without the lost rank;
- *   - a non-blocking init whose peer never arrives is ended by ncclCommAbort within 1 s.
+ *   - a non-blocking init whose peer never arrives is ended by ncclCommAbort within 1 s;
+ *   - with no abort at all, an AllReduce that needs a dead rank fails within 5 s (dead_alone).
  * Over shared memory and over sockets.  The parent SIGCONTs/kills a stopped rank once the others
  * are done.
  */
@@ -78,6 +79,30 @@ static void scInflight(int rank, int n, const char* dir, int dead) {
   }
   CK(pthread_join(th, NULL) == 0);
   free(b.buf);
+}
+
+/* Survivors, no abort: an AllReduce that needs a rank whose process died fails on its own, in
+ * bounded time, and the communicator reports the error (over shm it waited forever). */
+static void scDeadAlone(int rank, int n, const char* dir) {
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  float* buf = calloc(COUNT, sizeof(float));
+  CK(buf != NULL);
+  CKOK(ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL)); /* every connector it needs is up */
+  if (rank == n - 1) loseSelf(1);
+  usleep(300 * 1000); /* the process is gone before the collective starts */
+  double t0 = mtNow();
+  ncclResult_t res = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL);
+  double took = mtNow() - t0;
+  CK(res != ncclSuccess);
+  if (took > 5.0) {
+    fprintf(stderr, "rank %d: the AllReduce needing a dead rank failed only after %.3f s\n", rank, took);
+    exit(1);
+  }
+  ncclResult_t async = ncclSuccess;
+  CKOK(ncclCommGetAsyncError(comm, &async));
+  CK(async != ncclSuccess);
+  CKOK(ncclCommAbort(comm));
+  free(buf);
 }
 
 /* Survivors: ncclCommRevoke stops an AllReduce blocked on the stopped rank (in time), then
@@ -164,6 +189,7 @@ static int child(char** argv) {
   else if (strcmp(sc, "destroy_stopped") == 0) scDestroyStopped(rank, n, dir);
   else if (strcmp(sc, "init_missing") == 0) scInitMissing(rank, n, dir);
   else if (strcmp(sc, "revoke_shrink") == 0) scRevokeShrink(rank, n, dir);
+  else if (strcmp(sc, "dead_alone") == 0) scDeadAlone(rank, n, dir);
   else {
     fprintf(stderr, "unknown scenario %s\n", sc);
     return 2;
@@ -183,7 +209,7 @@ int main(int argc, char** argv) {
   if (!mtStart("abort", 500)) return mtExitCode();
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
   const char* scs[] = {"inflight_stopped", "inflight_dead", "idle_stopped", "idle_dead", "destroy_stopped",
-                       "revoke_shrink"};
+                       "revoke_shrink", "dead_alone"};
   for (int t = 0; t < 2; t++) {
     for (size_t s = 0; s < sizeof(scs) / sizeof(scs[0]); s++) {
       char name[96];
