@@ -180,6 +180,17 @@ static void commIdSecret(const union mendSocketAddr* addr, uint8_t secret[MEND_M
                  "any process that reaches it can join, and two jobs on it cannot be told apart", name);
 }
 
+
+/* A fresh id for the root listening on fd: random magic and secret; the root thread starts. */
+static ncclResult_t startRoot(int fd, struct mendBsId* id, ncclUniqueId* uid) {
+  id->magic = mendBsRandom64();
+  (void)mendRandomBytes(id->secret, sizeof(id->secret));
+  MENDCHECK(mendBsRootStart(fd, id, -1));
+  memset(uid, 0, sizeof(*uid));
+  memcpy(uid->internal, id, sizeof(*id));
+  return ncclSuccess;
+}
+
 ncclResult_t mendBootstrapGetUniqueId(ncclUniqueId* uid) {
   struct mendBsId id;
   memset(&id, 0, sizeof(id));
@@ -195,9 +206,7 @@ ncclResult_t mendBootstrapGetUniqueId(ncclUniqueId* uid) {
   } else {
     int fd = -1;
     MENDCHECK(mendBsListenOnOobIface(NULL, &fd, &id.addr));
-    id.magic = mendBsRandom64();
-    (void)mendRandomBytes(id.secret, sizeof(id.secret));
-    MENDCHECK(mendBsRootStart(fd, &id, -1));
+    return startRoot(fd, &id, uid);
   }
   memset(uid, 0, sizeof(*uid));
   memcpy(uid->internal, &id, sizeof(id));
@@ -213,12 +222,7 @@ ncclResult_t mendBsGetLoopbackId(ncclUniqueId* uid) {
   lo.sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   int fd = -1;
   MENDCHECK(mendSocketListen(&lo, &fd, &id.addr));
-  id.magic = mendBsRandom64();
-  (void)mendRandomBytes(id.secret, sizeof(id.secret));
-  MENDCHECK(mendBsRootStart(fd, &id, -1));
-  memset(uid, 0, sizeof(*uid));
-  memcpy(uid->internal, &id, sizeof(id));
-  return ncclSuccess;
+  return startRoot(fd, &id, uid);
 }
 
 /* ---------------------------------------------------------------- rank side */
