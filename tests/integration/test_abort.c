@@ -88,6 +88,9 @@ static void scDeadAlone(int rank, int n, const char* dir) {
   float* buf = calloc(COUNT, sizeof(float));
   CK(buf != NULL);
   CKOK(ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL)); /* every connector it needs is up */
+  /* An operation completes once its sends are queued: the dying rank's last slots must reach the
+   * others (its proxy sends them) before it goes. */
+  usleep(300 * 1000);
   if (rank == n - 1) loseSelf(1);
   usleep(300 * 1000); /* the process is gone before the collective starts */
   double t0 = mtNow();
