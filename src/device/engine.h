@@ -125,9 +125,9 @@ ncclResult_t mendExecPollError(struct ncclComm* comm);
  * communicator's asynchronous error). */
 ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms);
 
-/* Offsets and length of segment `seg` of the current loop of a work (shared by executors). */
-static inline size_t mendDivUp(size_t a, size_t b) { return (a + b - 1) / b; }
-static inline size_t mendAlignUp(size_t a, size_t b) { return mendDivUp(a, b) * b; }
+/* Rounding helpers of the planner and of the program walker (walk.h): host and device. */
+MEND_HD size_t mendDivUp(size_t a, size_t b) { return (a + b - 1) / b; }
+MEND_HD size_t mendAlignUp(size_t a, size_t b) { return mendDivUp(a, b) * b; }
 
 /* ---- loopback world (host_engine_loopback.c) ----
  * nRanks communicators in this process whose connectors are plain memory wired up at once, in host

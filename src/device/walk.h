@@ -19,13 +19,11 @@
 extern "C" {
 #endif
 
-MEND_HD uint64_t mendWalkDivUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
 MEND_HD void mendWalkLoopBegin(struct mendWalk* w, const struct mendProgram* p, const struct mendWorkArgs* a) {
   const struct mendProgPhase* ph = p->phases + w->phase;
   uint64_t left = a->count - w->loopBase, chunk = a->chunkElems;
   uint64_t per = ph->layout == MEND_LAYOUT_CHUNKED
-                     ? mendWalkDivUp(mendWalkDivUp(left, ph->loopSegs), a->alignElems) * a->alignElems : left;
+                     ? mendAlignUp(mendDivUp(left, ph->loopSegs), a->alignElems) : left;
   w->eff = per < chunk ? per : chunk;
 }
 
