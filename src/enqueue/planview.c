@@ -21,9 +21,14 @@ ncclResult_t mendPlanViewCreate(int nRanks, int rank, int nChannels, struct mend
                ncclInvalidArgument, "plan view: bad shape (rank %d of %d, %d channels)", rank, nRanks, nChannels);
   struct mendPlanView* v;
   MENDCHECK(MENDCALLOC(v, 1));
-  if (MENDCALLOC(v->rings, (size_t)nRanks * (size_t)nChannels) != ncclSuccess) {
-    free(v);
+  if (MENDCALLOC(v->rings, (size_t)nRanks * (size_t)nChannels) != ncclSuccess ||
+      MENDCALLOC(v->rankCap, (size_t)nRanks) != ncclSuccess || MENDCALLOC(v->rankNics, (size_t)nRanks) != ncclSuccess) {
+    mendPlanViewFree(v);
     return ncclSystemError;
+  }
+  for (int r = 0; r < nRanks; r++) {
+    v->rankCap[r] = 1000;
+    v->rankNics[r] = ~0u;
   }
   v->nRanks = nRanks;
   v->rank = rank;
@@ -45,6 +50,8 @@ ncclResult_t mendPlanViewCreate(int nRanks, int rank, int nChannels, struct mend
 void mendPlanViewFree(struct mendPlanView* view) {
   if (view == NULL) return;
   free(view->rings);
+  free(view->rankCap);
+  free(view->rankNics);
   free(view);
 }
 
@@ -53,9 +60,15 @@ ncclResult_t mendPlanViewCopy(const struct mendPlanView* src, uint32_t epoch, ui
   struct mendPlanView* v;
   MENDCHECK(mendPlanViewCreate(src->nRanks, src->rank, src->nChannels, &v));
   int* rings = v->rings;
+  int* rankCap = v->rankCap;
+  uint32_t* rankNics = v->rankNics;
   *v = *src;
   v->rings = rings;
+  v->rankCap = rankCap;
+  v->rankNics = rankNics;
   memcpy(rings, src->rings, sizeof(int) * (size_t)src->nRanks * (size_t)src->nChannels);
+  memcpy(rankCap, src->rankCap, sizeof(int) * (size_t)src->nRanks);
+  memcpy(rankNics, src->rankNics, sizeof(uint32_t) * (size_t)src->nRanks);
   for (int c = 0; c < v->nChannels; c++) v->ch[c].ring = rings + (size_t)c * (size_t)v->nRanks;
   v->epoch = epoch;
   v->fromOp = fromOp;
@@ -114,10 +127,18 @@ ncclResult_t mendPlanViewSeal(struct mendPlanView* v) {
     }
   }
   free(seen);
+  for (int r = 0; r < v->nRanks && res == ncclSuccess; r++) {
+    if (v->rankCap[r] < 0 || v->rankCap[r] > 1000) {
+      WARN("plan view (epoch %u): rank %d has capacity %d permille (0..1000)", v->epoch, r, v->rankCap[r]);
+      res = ncclInternalError;
+    }
+  }
   if (res != ncclSuccess) return res;
   uint64_t h = mendHashCombine(mendHashCombine(v->epoch, v->fromOp), ((uint64_t)v->nRanks << 32) | (uint32_t)v->nChannels);
   h = mendHashCombine(h, mendHash(v->rings, sizeof(int) * (size_t)v->nRanks * (size_t)v->nChannels));
   for (int c = 0; c < v->nChannels; c++) h = mendHashCombine(h, (uint64_t)v->ch[c].weight);
+  h = mendHashCombine(h, mendHash(v->rankCap, sizeof(int) * (size_t)v->nRanks));
+  h = mendHashCombine(h, mendHash(v->rankNics, sizeof(uint32_t) * (size_t)v->nRanks));
   v->hash = h;
   return ncclSuccess;
 }

@@ -45,10 +45,15 @@ struct mendPlanView {
   int nicOrder[MEND_VIEW_MAX_NICS];        /* failover order of this rank's NICs, nearest first */
   struct mendViewChannel ch[MEND_VIEW_MAX_CHANNELS]; /* per channel */
   int* rings;                              /* storage of every channel's ring (nChannels x nRanks) */
+  int* rankCap;                            /* per rank: usable share of its NIC bandwidth in permille
+                                              (1000: every NIC up at line rate; 0: no usable NIC) */
+  uint32_t* rankNics;                      /* per rank: bit d set when its NIC d is usable (all ones:
+                                              unknown, e.g. ranks without a net) */
   uint64_t hash;                           /* of what all ranks share (mendPlanViewSeal) */
 };
 
-/* A view with nChannels channels of nRanks ranks: rings unset (-1), no trees, no NICs, weights 1. */
+/* A view with nChannels channels of nRanks ranks: rings unset (-1), no trees, no NICs, weights 1,
+ * every rank at full capacity with every NIC usable. */
 ncclResult_t mendPlanViewCreate(int nRanks, int rank, int nChannels, struct mendPlanView** view);
 void mendPlanViewFree(struct mendPlanView* view);
 /* A copy of `src` as version (epoch, fromOp), for a replacement to edit (hash left to reseal). */
@@ -57,8 +62,9 @@ ncclResult_t mendPlanViewCopy(const struct mendPlanView* src, uint32_t epoch, ui
 /* Snapshot of comm->channels (rings, trees, NICs), NICs in device order: the view of a communicator
  * whose graph layer built none (the loopback world of tests).  Sealed. */
 ncclResult_t mendPlanViewFromChannels(struct ncclComm* comm, struct mendPlanView** view);
-/* Check the view (rings are permutations holding this rank at ringIndex, NICs in range, weights > 0)
- * and compute its hash over what every rank shares: epoch, fromOp, shape, rings, weights.  Trees,
+/* Check the view (rings are permutations holding this rank at ringIndex, NICs in range, weights > 0,
+ * capacities in 0..1000) and compute its hash over what every rank shares: epoch, fromOp, shape,
+ * rings, weights, capacities and usable NICs per rank.  Trees,
  * NICs and the NIC order are this rank's own and left out, so every rank of a world gets one hash. */
 ncclResult_t mendPlanViewSeal(struct mendPlanView* view);
 /* The hash that identifies the plan of op `opCount` under `view` (logged at TRACE, TUNING). */
@@ -67,6 +73,34 @@ uint64_t mendPlanViewOpHash(const struct mendPlanView* view, uint64_t opCount);
  * the first of the failover order usable at both ends, else the channel's NIC.  myMask / peerMask:
  * bit d set when NIC d of this rank / of the peer can carry a new path (the health registry). */
 int mendPlanViewConnDev(const struct mendPlanView* view, int channel, uint32_t myMask, uint32_t peerMask);
+
+/* ---- re-planning (replan.c): a view derived from an agreed health picture ---- */
+#define MEND_VIEW_MAX_HEALTH 256 /* NICs that are not fully up, in one agreed picture */
+
+/* One NIC that is not up at its line rate. */
+struct mendViewNic {
+  int32_t rank;  /* owner */
+  int32_t dev;   /* its device index */
+  int32_t state; /* enum mendNicState (resilience/health.h) */
+  float gbps;    /* usable bandwidth (0 when down) */
+};
+
+/* What a new view is derived from, the same on every rank: the line rates every rank learnt at init
+ * and the NICs the agreement named as not fully up (every other NIC is up at its line rate). */
+struct mendViewHealth {
+  int nRanks;                     /* ranks */
+  int maxDevs;                    /* devices per rank in lineGbps */
+  const float* lineGbps;          /* [rank * maxDevs + dev]: line rate, 0 when the NIC does not exist */
+  int nNics;                      /* entries in nics */
+  const struct mendViewNic* nics; /* sorted by (rank, dev), at most MEND_VIEW_MAX_HEALTH */
+};
+
+/* The view that replaces `base` as version (epoch, fromOp) for the health picture `h`: per rank its
+ * capacity and usable NICs, per channel this rank's NIC (a failed NIC's channels move to usable
+ * ones), and whatever re-planning the picture calls for (weights, re-ranked rings).  Sealed.  Every
+ * rank gets the same shared part (hash) from the same (base rings, h, epoch, fromOp). */
+ncclResult_t mendReplanDerive(const struct mendPlanView* base, const struct mendViewHealth* h, uint32_t epoch,
+                              uint64_t fromOp, struct mendPlanView** view);
 
 /* ---- the planner's ownership (planview.c) ---- */
 /* Hand `view` (sealed) to the planner of comm: in force at once when the planner has none, else from
