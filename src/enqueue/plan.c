@@ -112,9 +112,8 @@ static ncclResult_t addReq(struct mendPlan* plan, int channel, const struct mend
   return ncclSuccess;
 }
 
-/* Append a work running `prog` (kept by the plan) with `args` on `channel`. */
-static ncclResult_t addWork(struct mendPlan* plan, int opIndex, int channel, struct mendProgram* prog,
-                            const struct mendWorkArgs* args) {
+ncclResult_t mendPlanAddWork(struct mendPlan* plan, int opIndex, int channel, struct mendProgram* prog,
+                             const struct mendWorkArgs* args) {
   MENDCHECK(keepProg(plan, prog));
   MENDCHECK(grow((void**)&plan->works, &plan->capWorks, plan->nWorks + 1, sizeof(*plan->works)));
   struct mendWork* w = plan->works + plan->nWorks++;
@@ -215,7 +214,7 @@ static ncclResult_t planColl(struct mendPlan* plan, struct mendPlanner* pl, cons
     MENDCHECK(collProgram(comm, plan->view, op, ch.algo, c, &prog));
     args.offset = (size_t)c * part;
     args.count = op->count - args.offset < part ? op->count - args.offset : part;
-    MENDCHECK(addWork(plan, opIndex, c, prog, &args));
+    MENDCHECK(mendPlanAddWork(plan, opIndex, c, prog, &args));
   }
   return ncclSuccess;
 }
@@ -260,7 +259,7 @@ ncclResult_t mendPlanAddXfer(struct mendPlan* plan, int opIndex, int peer, int d
     MENDCHECK(dir == MEND_SEND ? mendGenP2pSend(peer, &prog) : mendGenP2pRecv(peer, &prog));
     args.offset = (size_t)i * part;
     args.count = bytes - args.offset < part ? bytes - args.offset : part;
-    MENDCHECK(addWork(plan, opIndex, (base + i) % comm->nChannels, prog, &args));
+    MENDCHECK(mendPlanAddWork(plan, opIndex, (base + i) % comm->nChannels, prog, &args));
   }
   return ncclSuccess;
 }
@@ -276,7 +275,7 @@ ncclResult_t mendPlanAddCopy(struct mendPlan* plan, int opIndex, const void* src
     .alignElems = 1,
     .typeSize = 1,
   };
-  return addWork(plan, opIndex, 0, prog, &args);
+  return mendPlanAddWork(plan, opIndex, 0, prog, &args);
 }
 
 /* Sends and receives to self pair up in call order, each pair a local copy. */

@@ -109,6 +109,10 @@ ncclResult_t mendPlanConnect(struct mendPlan* plan);
 ncclResult_t mendPlanResolve(struct mendPlan* plan);
 void mendPlanFree(struct mendPlan* plan);
 
+/* A work running `prog` (the plan keeps it, and frees it on failure) with `args` on `channel`; its
+ * connectors become requests.  Works sharing a connector run in plan order. */
+ncclResult_t mendPlanAddWork(struct mendPlan* plan, int opIndex, int channel, struct mendProgram* prog,
+                             const struct mendWorkArgs* args);
 /* Building blocks of the P2P-based generators (gen_alltoall.c, gen_gather_scatter.c):
  * a transfer of `bytes` from/to buf with a peer, split over channels the same way on both sides,
  * and a local copy. */
