@@ -104,8 +104,9 @@ MEND_HD uint8_t mendFloatToE5m2(float f) { return (uint8_t)mendFloatToSmall(f, 5
 MEND_HD float mendBf16ToFloat(uint16_t b) { return mendBitsF32((uint32_t)b << 16); }
 MEND_HD uint16_t mendFloatToBf16(float f) {
   uint32_t x = mendF32Bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* keep NaN quiet */
-  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);               /* RNE; overflow -> inf */
+  uint32_t rne = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16; /* RNE; overflow -> inf */
+  uint32_t nan = (x >> 16) | 0x40u;                       /* NaN: kept quiet */
+  return (uint16_t)mendSelect(mendMask((x & 0x7fffffffu) > 0x7f800000u), nan, rne); /* no branch: vectorizes */
 }
 
 /* ---- element ops: mend<Op><Tag>(a, b); mendDiv<Tag>(a, n) is the integer-avg final division ---- */

@@ -2,8 +2,13 @@
 """Print gen_reduce.h: one small loop per (datatype, reduction kind) and the dispatch tables.
 
 The element arithmetic lives in dtypes.h (mendSumF32, mendDivI8, ...); this script only writes
-the loops around it so that every loop body is a straight call the compiler can inline and, for
-the native types, vectorize.  Included once, by src/device/reduce.c.
+the loops around it so that every loop body is a straight call the compiler can inline and
+vectorize.  The narrow floats (bf16, fp8) get a second copy of their loops compiled for AVX-512
+(`...V4`, MEND_RED_V4_TARGET), where the branch-free conversions vectorize 16 lanes wide; half's
+V4 loops are written by hand with F16C (reduce_x86.h), fp8's sum and product loops with tables of
+results (reduce_fp8.h), the same in both tables.  Two tables per entry point: the baseline
+one and the V4 one, which reduce.c picks at run time from the CPU.  Included once, by
+src/device/reduce.c.
 """
 
 # (tag, ncclDataType_t name, storage type)
@@ -15,58 +20,81 @@ TYPES = [
     ("F64", "ncclFloat64", "double"), ("Bf16", "ncclBfloat16", "uint16_t"),
     ("E4m3", "ncclFloat8e4m3", "uint8_t"), ("E5m2", "ncclFloat8e5m2", "uint8_t"),
 ]
+NARROW_V4 = ["Bf16", "E4m3", "E5m2"]  # generated V4 copies (F16's are hand-written)
+NARROW = ["F16"] + NARROW_V4
+# Loops written by hand in reduce_fp8.h: fp8 sum and product read a 64 Ki-entry table of results.
+HAND = {(t, f) for t in ("E4m3", "E5m2") for f in ("redSum", "redProd", "redPreMulSum", "copyPreMul")}
 SIMPLE = [("Sum", "MEND_RED_SUM"), ("Prod", "MEND_RED_PROD"), ("Max", "MEND_RED_MAX"), ("Min", "MEND_RED_MIN")]
 
 LOOP = "for (size_t i = 0; i < n; i++) "
 
 
-def emit_type(t, enum, c):
+def emit_type(t, enum, c, v=""):
+    """Loops of type t; v = "V4": the AVX-512 copy (same source, another target)."""
     u = "mendU" + t  # element type with alignment 1: chunk pointers need not be aligned
-    print(f"/* ---- {enum} ---- */\ntypedef {c} {u} __attribute__((aligned(1)));")
+    a = "MEND_RED_V4_TARGET " if v else ""
+    if not v:
+        print(f"/* ---- {enum} ---- */\ntypedef {c} {u} __attribute__((aligned(1)));")
+    else:
+        print(f"/* ---- {enum}, AVX-512 ---- */")
     for op, _ in SIMPLE:
-        print(f"static void red{op}{t}(RED_PARAMS) {{ RED_PTRS({u}); {LOOP}d[i] = mend{op}{t}(a[i], b[i]); }}")
-    print(f"static void redPreMulSum{t}(RED_PARAMS) {{\n  RED_PTRS({u});\n"
-          f"  if (!(flags & MEND_RED_PREOP)) {{ {LOOP}d[i] = mendSum{t}(a[i], b[i]); return; }}\n"
-          f"  {c} s; redScalar(op, &s, sizeof s);\n"
-          f"  {LOOP}d[i] = mendSum{t}(mendProd{t}(a[i], s), b[i]);\n}}")
-    print(f"static void redSumPostDiv{t}(RED_PARAMS) {{\n  RED_PTRS({u});\n"
+        if (t, "red" + op) not in HAND:
+            print(f"{a}static void red{op}{t}{v}(RED_PARAMS) {{ RED_PTRS({u}); {LOOP}d[i] = mend{op}{t}(a[i], b[i]); }}")
+    if (t, "redPreMulSum") not in HAND:
+        print(f"{a}static void redPreMulSum{t}{v}(RED_PARAMS) {{\n  RED_PTRS({u});\n"
+              f"  if (!(flags & MEND_RED_PREOP)) {{ {LOOP}d[i] = mendSum{t}(a[i], b[i]); return; }}\n"
+              f"  {c} s; redScalar(op, &s, sizeof s);\n"
+              f"  {LOOP}d[i] = mendSum{t}(mendProd{t}(a[i], s), b[i]);\n}}")
+    print(f"{a}static void redSumPostDiv{t}{v}(RED_PARAMS) {{\n  RED_PTRS({u});\n"
           f"  if (!(flags & MEND_RED_POSTOP)) {{ {LOOP}d[i] = mendSum{t}(a[i], b[i]); return; }}\n"
           f"  {LOOP}d[i] = mendDiv{t}(mendSum{t}(a[i], b[i]), (uint32_t)op->nRanks);\n}}")
-    print(f"static void copyPlain{t}(COPY_PARAMS) {{ copyPlain(dst, x, n * sizeof({c})); }}")
-    print(f"static void copyPreMul{t}(COPY_PARAMS) {{\n  COPY_PTRS({u});\n"
-          f"  if (!(flags & MEND_RED_PREOP)) {{ copyPlain(dst, x, n * sizeof({c})); return; }}\n"
-          f"  {c} s; redScalar(op, &s, sizeof s);\n"
-          f"  {LOOP}d[i] = mendProd{t}(a[i], s);\n}}")
-    print(f"static void copyPostDiv{t}(COPY_PARAMS) {{\n  COPY_PTRS({u});\n"
+    if not v:
+        print(f"static void copyPlain{t}(COPY_PARAMS) {{ copyPlain(dst, x, n * sizeof({c})); }}")
+    if (t, "copyPreMul") not in HAND:
+        print(f"{a}static void copyPreMul{t}{v}(COPY_PARAMS) {{\n  COPY_PTRS({u});\n"
+              f"  if (!(flags & MEND_RED_PREOP)) {{ copyPlain(dst, x, n * sizeof({c})); return; }}\n"
+              f"  {c} s; redScalar(op, &s, sizeof s);\n"
+              f"  {LOOP}d[i] = mendProd{t}(a[i], s);\n}}")
+    print(f"{a}static void copyPostDiv{t}{v}(COPY_PARAMS) {{\n  COPY_PTRS({u});\n"
           f"  if (!(flags & MEND_RED_POSTOP)) {{ copyPlain(dst, x, n * sizeof({c})); return; }}\n"
           f"  {LOOP}d[i] = mendDiv{t}(a[i], (uint32_t)op->nRanks);\n}}\n")
 
 
-def emit_tables():
-    print("/* mendReduce: [datatype][kind]. */")
-    print("static const mendRedFn redTable[ncclNumTypes][MEND_RED_NKINDS] = {")
+def emit_tables(v=""):
+    """The dispatch tables; v = "V4": the narrow floats' entries point at their AVX-512 loops."""
+    vv = lambda t, f: v if t in NARROW and (t, f) not in HAND else ""
+    print(f"/* mendReduce: [datatype][kind]{', AVX-512' if v else ''}. */")
+    print(f"static const mendRedFn redTable{v}[ncclNumTypes][MEND_RED_NKINDS] = {{")
     for t, enum, _ in TYPES:
-        row = ", ".join(f"[{k}] = red{op}{t}" for op, k in SIMPLE)
+        row = ", ".join(f"[{k}] = red{op}{t}{vv(t, 'red' + op)}" for op, k in SIMPLE)
         print(f"  [{enum}] = {{{row},\n"
-              f"    [MEND_RED_PREMULSUM] = redPreMulSum{t}, [MEND_RED_SUM_POSTDIV] = redSumPostDiv{t}}},")
+              f"    [MEND_RED_PREMULSUM] = redPreMulSum{t}{vv(t, 'redPreMulSum')}, "
+              f"[MEND_RED_SUM_POSTDIV] = redSumPostDiv{t}{vv(t, 'redSumPostDiv')}}},")
     print("};\n")
-    print("/* mendReduceCopy: [datatype][kind]; sum/prod/max/min copy bytes (n counts elements). */")
-    print("static const mendRedCopyFn copyTable[ncclNumTypes][MEND_RED_NKINDS] = {")
+    print(f"/* mendReduceCopy: [datatype][kind]{', AVX-512' if v else ''}; sum/prod/max/min copy bytes. */")
+    print(f"static const mendRedCopyFn copyTable{v}[ncclNumTypes][MEND_RED_NKINDS] = {{")
     for t, enum, _ in TYPES:
         row = ", ".join(f"[{k}] = copyPlain{t}" for _, k in SIMPLE)
         print(f"  [{enum}] = {{{row},\n"
-              f"    [MEND_RED_PREMULSUM] = copyPreMul{t}, [MEND_RED_SUM_POSTDIV] = copyPostDiv{t}}},")
-    print("};")
+              f"    [MEND_RED_PREMULSUM] = copyPreMul{t}{vv(t, 'copyPreMul')}, "
+              f"[MEND_RED_SUM_POSTDIV] = copyPostDiv{t}{vv(t, 'copyPostDiv')}}},")
+    print("};\n")
 
 
 def main():
     print("/* Generated by src/device/gen_reduce.py: do not edit.  Included by src/device/reduce.c,")
-    print(" * which defines RED_PARAMS, RED_PTRS, COPY_PARAMS, COPY_PTRS, redScalar() and copyPlain(). */")
+    print(" * which defines RED_PARAMS, RED_PTRS, COPY_PARAMS, COPY_PTRS, redScalar(), copyPlain() and,")
+    print(" * where MEND_RED_V4 is 1, MEND_RED_V4_TARGET and half's V4 loops (reduce_x86.h). */")
     print("#ifndef MEND_GEN_REDUCE_H_\n#define MEND_GEN_REDUCE_H_\n")
     for t, enum, c in TYPES:
         emit_type(t, enum, c)
     emit_tables()
-    print("\n#endif")
+    print("#if MEND_RED_V4")
+    for t, enum, c in TYPES:
+        if t in NARROW_V4:
+            emit_type(t, enum, c, "V4")
+    emit_tables("V4")
+    print("#endif\n\n#endif")
 
 
 if __name__ == "__main__":

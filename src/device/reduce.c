@@ -13,6 +13,7 @@
 
 #include "checks.h"
 #include "comm.h"
+#include "misc/param.h"
 
 /* The generated loops (gen_reduce.h) share these parameter lists and typed views of the buffers. */
 #define RED_PARAMS const struct mendRedOp *op, void *dst, const void *x, const void *y, size_t n, int flags
@@ -31,13 +32,84 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
+/* The AVX-512 loops of the narrow floats (x86-64 compilers with target attributes): compiled for
+ * that ISA whatever the build's -march, and run only where the CPU reports it. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MEND_RED_V4 1
+#define MEND_RED_V4_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#include "device/reduce_x86.h"
+#else
+#define MEND_RED_V4 0
+#endif
+
+#include "device/reduce_fp8.h"
 #include "device/gen_reduce.h"
 
+typedef const mendRedFn (*redTableRef)[MEND_RED_NKINDS];
+typedef const mendRedCopyFn (*copyTableRef)[MEND_RED_NKINDS];
+static redTableRef redActive = redTable;
+static copyTableRef copyActive = copyTable;
+static int vecActive, vecAvailable;
+static pthread_once_t vecOnce = PTHREAD_ONCE_INIT;
+
+static void vecPick(void) {
+#if MEND_RED_V4
+  __builtin_cpu_init();
+  vecAvailable = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#endif
+  vecActive = vecAvailable && mendParamReduceVec() != 0;
+#if MEND_RED_V4
+  if (vecActive) {
+    redActive = redTableV4;
+    copyActive = copyTableV4;
+  }
+#endif
+  INFO(NCCL_INIT, "Host reductions of half, bf16 and fp8: %s loops (MEND_REDUCE_VEC=%lld, AVX-512 %s)",
+       vecActive ? "AVX-512" : "baseline", (long long)mendParamReduceVec(), vecAvailable ? "present" : "absent");
+}
+
+int mendReduceVec(void) {
+  pthread_once(&vecOnce, vecPick);
+  return vecActive;
+}
+
+int mendReduceVecAvailable(void) {
+  pthread_once(&vecOnce, vecPick);
+  return vecAvailable;
+}
+
 void mendReduce(const struct mendRedOp* op, void* dst, const void* local, const void* peer, size_t n, int flags) {
-  redTable[op->type][op->kind](op, dst, local, peer, n, flags);
+  pthread_once(&vecOnce, vecPick);
+  redActive[op->type][op->kind](op, dst, local, peer, n, flags);
 }
 
 void mendReduceCopy(const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags) {
+  pthread_once(&vecOnce, vecPick);
+  copyActive[op->type][op->kind](op, dst, src, n, flags);
+}
+
+void mendReduceWith(int vec, const struct mendRedOp* op, void* dst, const void* local, const void* peer, size_t n,
+                    int flags) {
+  pthread_once(&vecOnce, vecPick);
+#if MEND_RED_V4
+  if (vec && vecAvailable) {
+    redTableV4[op->type][op->kind](op, dst, local, peer, n, flags);
+    return;
+  }
+#endif
+  redTable[op->type][op->kind](op, dst, local, peer, n, flags);
+}
+
+void mendReduceCopyWith(int vec, const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags) {
+  pthread_once(&vecOnce, vecPick);
+#if MEND_RED_V4
+  if (vec && vecAvailable) {
+    copyTableV4[op->type][op->kind](op, dst, src, n, flags);
+    return;
+  }
+#endif
   copyTable[op->type][op->kind](op, dst, src, n, flags);
 }
 

@@ -92,6 +92,17 @@ void mendReduce(const struct mendRedOp* op, void* dst, const void* local, const 
  * (memmove: dst may equal src).  For a rank sending its own input first, or writing a result. */
 void mendReduceCopy(const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags);
 
+/* The loops behind mendReduce/mendReduceCopy: half, bf16 and fp8 have a second set for AVX-512
+ * (F16C for half), chosen once from the CPU and MEND_REDUCE_VEC; every other type has one set.
+ * Both sets give the same bits.  mendReduceVec: 1 when the AVX-512 set is in use.  The ...With
+ * forms run a given set (vec 1 falls back to the baseline where the CPU lacks AVX-512): tests and
+ * benchmarks compare them. */
+int mendReduceVec(void);
+int mendReduceVecAvailable(void);
+void mendReduceWith(int vec, const struct mendRedOp* op, void* dst, const void* local, const void* peer, size_t n,
+                    int flags);
+void mendReduceCopyWith(int vec, const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags);
+
 /* Element size in bytes; 0 for an invalid type. */
 size_t mendTypeSize(ncclDataType_t type);
 /* nccl-tests' names: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2;

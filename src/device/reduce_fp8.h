@@ -1,0 +1,87 @@
+/*
+ * fp8 sum and product on the host, by table: an fp8 operand has 256 values, so every sum and every
+ * product of two operands is one of 65536 results, computed once (at first use, per format and
+ * operation) by dtypes.h's own mendSumE4m3 etc. and then read: d[i] = table[a[i] << 8 | b[i]].
+ * The results are those functions' bits by construction.  PreMulSum reads the product table with the
+ * scalar as second operand, then the sum table.  Included by src/device/reduce.c (which defines
+ * RED_PARAMS, RED_PTRS, COPY_PARAMS, COPY_PTRS, redScalar() and copyPlain()).  The same loops serve
+ * both dispatch tables: AVX-512 gathers of the table were no faster than these scalar reads, and
+ * the vectorized arithmetic slower (benchmarks/RESULTS.md, "Host reductions").
+ */
+#ifndef MEND_DEVICE_REDUCE_FP8_H_
+#define MEND_DEVICE_REDUCE_FP8_H_
+
+#include <pthread.h>
+
+enum { FP8_E4M3 = 0, FP8_E5M2 = 1, FP8_SUM = 0, FP8_PROD = 1 };
+
+static uint8_t fp8Tables[2][2][65536];
+static pthread_once_t fp8Once[2][2] = {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}, {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}};
+
+#define FP8_FILL(fmt, opn, fn)                                                           \
+  static void fp8Fill##fmt##opn(void) {                                                  \
+    uint8_t* t = fp8Tables[FP8_##fmt][FP8_##opn];                                        \
+    for (uint32_t a = 0; a < 256; a++)                                                   \
+      for (uint32_t b = 0; b < 256; b++) t[a << 8 | b] = fn((uint8_t)a, (uint8_t)b);     \
+  }
+FP8_FILL(E4M3, SUM, mendSumE4m3)
+FP8_FILL(E4M3, PROD, mendProdE4m3)
+FP8_FILL(E5M2, SUM, mendSumE5m2)
+FP8_FILL(E5M2, PROD, mendProdE5m2)
+
+static void (*const fp8Fill[2][2])(void) = {{fp8FillE4M3SUM, fp8FillE4M3PROD}, {fp8FillE5M2SUM, fp8FillE5M2PROD}};
+
+static const uint8_t* fp8Table(int fmt, int opn) {
+  pthread_once(&fp8Once[fmt][opn], fp8Fill[fmt][opn]);
+  return fp8Tables[fmt][opn];
+}
+
+typedef uint8_t mendUFp8 __attribute__((aligned(1)));
+
+/* d[i] = t[a[i] << 8 | b[i]] */
+static inline void fp8Lookup(const uint8_t* t, mendUFp8* d, const mendUFp8* a, const mendUFp8* b, size_t n) {
+  for (size_t i = 0; i < n; i++) d[i] = t[(uint32_t)a[i] << 8 | b[i]];
+}
+/* d[i] = t[a[i] << 8 | s] */
+static inline void fp8LookupScalar(const uint8_t* t, mendUFp8* d, const mendUFp8* a, uint8_t s, size_t n) {
+  for (size_t i = 0; i < n; i++) d[i] = t[(uint32_t)a[i] << 8 | s];
+}
+/* d[i] = sum[prod[a[i] << 8 | s] << 8 | b[i]] */
+static inline void fp8LookupPreMul(const uint8_t* sum, const uint8_t* prod, mendUFp8* d, const mendUFp8* a,
+                                   const mendUFp8* b, uint8_t s, size_t n) {
+  for (size_t i = 0; i < n; i++) d[i] = sum[(uint32_t)prod[(uint32_t)a[i] << 8 | s] << 8 | b[i]];
+}
+
+#define FP8_LOOPS(Tag, FMT)                                                                         \
+  static void redSum##Tag(RED_PARAMS) {                                                             \
+    RED_PTRS(mendUFp8);                                                                             \
+    fp8Lookup(fp8Table(FMT, FP8_SUM), d, a, b, n);                                                  \
+  }                                                                                                 \
+  static void redProd##Tag(RED_PARAMS) {                                                            \
+    RED_PTRS(mendUFp8);                                                                             \
+    fp8Lookup(fp8Table(FMT, FP8_PROD), d, a, b, n);                                                 \
+  }                                                                                                 \
+  static void redPreMulSum##Tag(RED_PARAMS) {                                                       \
+    RED_PTRS(mendUFp8);                                                                             \
+    if (!(flags & MEND_RED_PREOP)) {                                                                \
+      fp8Lookup(fp8Table(FMT, FP8_SUM), d, a, b, n);                                                \
+      return;                                                                                       \
+    }                                                                                               \
+    uint8_t s;                                                                                      \
+    redScalar(op, &s, sizeof s);                                                                    \
+    fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d, a, b, s, n);                \
+  }                                                                                                 \
+  static void copyPreMul##Tag(COPY_PARAMS) {                                                        \
+    if (!(flags & MEND_RED_PREOP)) {                                                                \
+      copyPlain(dst, x, n);                                                                         \
+      return;                                                                                       \
+    }                                                                                               \
+    COPY_PTRS(mendUFp8);                                                                            \
+    uint8_t s;                                                                                      \
+    redScalar(op, &s, sizeof s);                                                                    \
+    fp8LookupScalar(fp8Table(FMT, FP8_PROD), d, a, s, n);                                           \
+  }
+FP8_LOOPS(E4m3, FP8_E4M3)
+FP8_LOOPS(E5m2, FP8_E5M2)
+
+#endif
