@@ -165,7 +165,20 @@ def model_busbw(rails, rate_bps, fault):
     return before, before
 
 
-def summarize(its, events, fault_t, algbytes, factor, model=(None, None)):
+def hit_iteration(its, fault_t, fault_end, detect_t):
+    """The iteration the fault hit: of those running at some time between the start of the fault
+    command and the later of its end and the first detection, the longest (the one that waited for
+    the repair); the first to end after the fault when none ran then.  Not simply the first to end
+    after the fault command: one that ends a few ms after it, before the kernel event took effect,
+    would be named instead of the one that stalled."""
+    window_end = max(t for t in (fault_t, fault_end, detect_t) if t is not None)
+    running = [it for it in its if it.start <= window_end and it.end > fault_t]
+    if running:
+        return max(running, key=lambda it: it.seconds)
+    return next((it for it in its if it.end > fault_t), None)
+
+
+def summarize(its, events, fault_t, algbytes, factor, model=(None, None), fault_end=None):
     """The numbers of the summary, as a dict (None where they do not apply)."""
     s = {"iterations": len(its), "wrong": sum(it.wrong for it in its), "events": len(events)}
     bw = {it.index: busbw(it, algbytes, factor) for it in its}
@@ -178,12 +191,12 @@ def summarize(its, events, fault_t, algbytes, factor, model=(None, None)):
     s["model_before"], s["model_after"] = model
     if fault_t is None:
         return s
-    hit = next((it for it in its if it.end > fault_t), None)
+    first, rec, missing, nconn = recovery(events, fault_t)
+    hit = hit_iteration(its, fault_t, fault_end, first["t"] if first else None)
     if hit:
         s["hit"] = hit
         if s["before_ms"] is not None:
             s["extra_ms"] = hit.seconds * 1e3 - s["before_ms"]
-    first, rec, missing, nconn = recovery(events, fault_t)
     s["missing"], s["conns"] = missing, nconn
     if first:
         s["detect"], s["detect_s"] = first, first["t"] - fault_t
@@ -449,7 +462,8 @@ def main(argv=None):
         for line in iteration_lines(its, ref_t, algbytes, factor, ref_name):
             print(line)
     model = model_busbw(a.rails, rate_bps, fault)
-    s = summarize(its, events, fault["t"] if fault else None, algbytes, factor, model)
+    s = summarize(its, events, fault["t"] if fault else None, algbytes, factor, model,
+                  fault.get("t_end") if fault else None)
     off = None
     if a.compare_off:
         oranks, ores, _, _, _ = run_once(a, tbmod, loop, [], {"MEND_RESILIENCE": "0"})
@@ -523,6 +537,13 @@ def selftest():
     text = "\n".join(summary_lines(quiet, {"kind": "link_down"}))
     check(quiet["detect"] is None and "no failover event seen" in text and quiet["kept"] is not None and
           quiet["after_n"] == 7, "without events: 'no failover event seen', bandwidth after the hit iteration")
+    # A fault command issued 14 ms before iteration 9 ends: iteration 9 ends first, but iteration 10
+    # is the one that stalls until detection (300 ms after the fault): it is the hit one.
+    early = fault_t - 0.064
+    s3 = summarize(its, [dict(e, t=early + 0.3) if e["kind"] == "detect" else e for e in events], early,
+                   algbytes, factor, fault_end=early + 0.002)
+    check(s3["hit"].index == 10 and abs(s3["extra_ms"] - 400.0) < 1e-3,
+          "hit iteration: the one that stalled, not the first to end after the fault command")
     r2 = parse_rank(_canned(1, fault_t, [("detect", 0.015, 0, "peer")]))
     s2 = summarize(merge([r0, r2])[0], r0["events"] + r2["events"], fault_t, algbytes, factor)
     check(s2["recovery_s"] is None and s2["missing"] == [(1, 0)], "a connection that never resumes is named")
