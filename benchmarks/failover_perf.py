@@ -229,6 +229,61 @@ def iteration_lines(its, ref_t, algbytes, factor, ref_name):
     return out
 
 
+# Marks drawn on the plot: event kind -> (label, colour); the first event of each kind after the fault.
+PLOT_MARKS = [("detect", "detection", "tab:red"), ("resume", "repair", "tab:green"),
+              ("replan", "re-plan", "tab:purple"), ("failback", "fail-back", "tab:blue")]
+
+
+def plot(path, its, events, fault, s, algbytes, factor, ref_t, title):
+    """Per-iteration time and busbw against time (s from the fault, or the start), with the fault,
+    detection, repair (every connection resumed), re-plan and fail-back marked.  Needs matplotlib
+    (Debian's python3-matplotlib); returns an error text, or None once the picture is written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "--plot needs matplotlib (apt-get install python3-matplotlib) in %s" % sys.executable
+    if not its:
+        return "no iteration to plot"
+    x = [(it.start + it.end) / 2 - ref_t for it in its]
+    fig, (ax_t, ax_b) = plt.subplots(2, 1, sharex=True, figsize=(9, 5.5))
+    ax_t.plot(x, [it.seconds * 1e3 for it in its], ".-", color="tab:gray", lw=0.8, ms=3)
+    ax_t.set_ylabel("iteration time (ms)")
+    ax_t.set_yscale("log")
+    ax_b.plot(x, [busbw(it, algbytes, factor) for it in its], ".-", color="tab:orange", lw=0.8, ms=3)
+    ax_b.set_ylabel("busbw (GB/s)")
+    ax_b.set_xlabel("time (s) from the %s" % ("fault" if fault else "start"))
+    if s.get("model_before"):
+        ax_b.axhline(s["model_before"], ls=":", color="tab:gray", lw=0.8, label="bound before")
+    if fault and s.get("model_after"):
+        ax_b.axhline(s["model_after"], ls="--", color="tab:gray", lw=0.8, label="bound after")
+    marks = []
+    if fault:
+        marks.append((fault["t"], "fault %s" % fault.get("spec", fault.get("kind", "")), "black"))
+        after = sorted((e for e in events if e["t"] >= fault["t"]), key=lambda e: e["t"])
+        for kind, label, colour in PLOT_MARKS:
+            first = next((e for e in after if e["kind"] == kind), None)
+            if kind == "resume" and s.get("detect") and s.get("recovery_s") is not None:
+                first = {"t": s["detect"]["t"] + s["recovery_s"]}  # the last connection's resume
+            if first:
+                marks.append((first["t"], label, colour))
+    for t, label, colour in marks:
+        for ax in (ax_t, ax_b):
+            ax.axvline(t - ref_t, color=colour, lw=1, ls="-" if colour == "black" else "--")
+        ax_t.annotate(label, (t - ref_t, 1.0), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                      ha="right", fontsize=7, color=colour)
+    if s.get("hit") is not None:
+        h = s["hit"]
+        ax_t.axvspan(h.start - ref_t, h.end - ref_t, color="tab:red", alpha=0.12, lw=0)
+    ax_b.legend(loc="lower right", fontsize=7) if ax_b.get_legend_handles_labels()[0] else None
+    ax_t.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
 def applied(fault):
     """How long the fault command took, when known (the kernel event lies within it)."""
     if fault and fault.get("t_end") is not None and fault.get("t") is not None:
@@ -387,6 +442,8 @@ def parse_args(argv):
     p.add_argument("--loop", help="failover_loop program (default: next to this one)")
     p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
     p.add_argument("--selftest", action="store_true", help="check parsing and summary on canned output")
+    p.add_argument("--plot", metavar="OUT.png", help="draw per-iteration time and busbw across the fault, with the "
+                   "fault, detection, repair, re-plan and fail-back marked (needs python3-matplotlib)")
     a = p.parse_args(argv)
     if a.selftest:
         return a
@@ -473,6 +530,12 @@ def main(argv=None):
         off = summarize(oits, [], None, algbytes, factor)
     for line in summary_lines(s, fault, off):
         print(line)
+    if a.plot:
+        err = plot(a.plot, its, events, fault, s, algbytes, factor, ref_t,
+                   "%s %s, %d x %d at %s" % (a.op, a.size, a.hosts, a.rails, a.rate or "unshaped"))
+        print("# plot: %s" % (err or a.plot))
+        if err:
+            return 1
     bad = res.worst_code != 0 or s["wrong"] > 0 or (off is not None and (ores.worst_code != 0 or off["wrong"] > 0))
     return 1 if bad else 0
 
@@ -553,6 +616,22 @@ def selftest():
           "no fault: every iteration counts; --compare-off ratio")
     check(model_busbw(2, None, None) == (None, None) and model_busbw(3, 8e9, {"kind": "rate", "rail": 1,
           "new_rate_bps": 4e9})[1] == (2 * 1 + 0.5) * GOODPUT, "model: unshaped, rate fault")
+    try:
+        import matplotlib  # noqa: F401
+        have_mpl = True
+    except ImportError:
+        have_mpl = False
+    if have_mpl:
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "f.png")
+            ev = events + [dict(events[0], kind="replan", t=fault_t + 0.3), dict(events[0], kind="failback", t=fault_t + 2)]
+            err = plot(out, its, ev, {"t": fault_t, "spec": "link_down:1:0:5"}, s, algbytes, factor, fault_t, "selftest")
+            with open(out, "rb") if err is None else open(os.devnull, "rb") as f:
+                magic = f.read(8)
+            check(err is None and magic == b"\x89PNG\r\n\x1a\n", "--plot writes a PNG with the marks")
+    else:
+        print("ok --plot # SKIP no matplotlib in %s" % sys.executable)
     print("# selftest: %d passed, %d failed" % (results.count(True), results.count(False)))
     return 0 if all(results) else 1
 
