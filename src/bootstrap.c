@@ -7,6 +7,7 @@
  * in bootstrap_split.c, the allgather and barrier built on send/recv in bootstrap_coll.c.
  */
 #include "bootstrap_priv.h"
+#include "bootstrap_wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -121,24 +122,14 @@ static void sayByeBack(int fd) {
 
 /* A connection's handshake is complete: check it, its proof of the key, and bind it to its rank. */
 static int acceptHandshake(struct mendBootstrap* bs, struct mendBsRx* c) {
-  const struct mendBsHandshake* hs = &c->u.hs;
-  if (hs->magic != (bs->magic ^ MEND_BS_HANDSHAKE_MAGIC) || hs->rank < 0 || hs->rank >= bs->nRanks ||
-      hs->nRanks != bs->nRanks) {
-    INFO(NCCL_BOOTSTRAP, "Bootstrap rank %d: dropping a connection from another network (rank %d of %d)", bs->rank,
-         hs->rank, hs->nRanks);
-    return 0;
-  }
-  if (hs->mac != mendBsHandshakeMac(bs->key, c->nonce, hs)) {
-    WARN_SPARSE(1000, "Bootstrap rank %d: dropping a connection that claims rank %d but cannot prove this "
-                "communicator's key (a stranger, or another job)", bs->rank, hs->rank);
-    return 0;
-  }
+  int peer = mendBsHandshakeParse(&c->u.hs, sizeof(c->u.hs), bs->rank, bs->magic, bs->key, bs->nRanks, c->nonce);
+  if (peer < 0) return 0;
   for (int i = 0; i < bs->nRx; i++) {
-    if (bs->rx[i].peer == hs->rank && &bs->rx[i] != c) {
-      INFO(NCCL_BOOTSTRAP, "Bootstrap rank %d: rank %d reconnected", bs->rank, hs->rank);
+    if (bs->rx[i].peer == peer && &bs->rx[i] != c) {
+      INFO(NCCL_BOOTSTRAP, "Bootstrap rank %d: rank %d reconnected", bs->rank, peer);
     }
   }
-  c->peer = hs->rank;
+  c->peer = peer;
   c->off = 0;
   if (bs->rxByeSent) sayByeBack(c->fd);
   return 1;
@@ -178,13 +169,14 @@ static int readRx(struct mendBootstrap* bs, int i) {
       c->msg = NULL;
       continue;
     }
-    if (c->u.hdr.type == MEND_BS_BYE) {
+    int kind = mendBsHeaderParse(&c->u.hdr, sizeof(c->u.hdr), bs->maxMsg, &c->u.hdr);
+    if (kind == MEND_BS_BYE) {
       TRACE(NCCL_BOOTSTRAP, "Bootstrap rank %d: BYE from rank %d", bs->rank, c->peer);
       setRecvState(bs, c->peer, MEND_BS_LINK_BYE);
       dropRx(bs, i);  /* hanging up tells the peer we saw its BYE */
       return 0;
     }
-    if (c->u.hdr.type != MEND_BS_DATA || c->u.hdr.size > bs->maxMsg) {
+    if (kind != MEND_BS_DATA) {
       WARN("Bootstrap rank %d: corrupt message header from rank %d (type %u, %llu bytes; a message has at most %zu); "
            "dropping its link", bs->rank, c->peer, c->u.hdr.type, (unsigned long long)c->u.hdr.size, bs->maxMsg);
       setRecvState(bs, c->peer, MEND_BS_LINK_LOST);

@@ -7,6 +7,7 @@
  * two jobs on one NCCL_COMM_ID refuse each other instead of mixing.  Wire formats: docs/bootstrap.md.
  */
 #include "bootstrap_priv.h"
+#include "bootstrap_wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,49 +33,7 @@ uint64_t mendBsRandom64(void) {
   return v;
 }
 
-/* ---------------------------------------------------------------- authentication */
-
-/* Each MAC starts with its own domain byte, so no answer of one kind passes for another. */
-enum { MAC_HELLO = 'H', MAC_REPLY = 'R', MAC_TABLE = 'T', MAC_PEER = 'P' };
-
-static void macStart(struct mendMac* m, const uint8_t key[MEND_MAC_KEY_BYTES], uint8_t domain,
-                     const uint8_t nonce[MEND_BS_NONCE_BYTES]) {
-  mendMacInit(m, key);
-  mendMacUpdate(m, &domain, 1);
-  if (nonce) mendMacUpdate(m, nonce, MEND_BS_NONCE_BYTES);
-}
-
-uint64_t mendBsHelloMac(const uint8_t secret[MEND_MAC_KEY_BYTES], const uint8_t nonce[MEND_BS_NONCE_BYTES],
-                        const struct mendBsRootHello* h) {
-  struct mendMac m;
-  macStart(&m, secret, MAC_HELLO, nonce);
-  mendMacUpdate(&m, h, offsetof(struct mendBsRootHello, mac));
-  return mendMacFinal(&m);
-}
-
-uint64_t mendBsTableMac(const uint8_t secret[MEND_MAC_KEY_BYTES], const union mendSocketAddr* table, int nRanks) {
-  struct mendMac m;
-  macStart(&m, secret, MAC_TABLE, NULL);
-  mendMacUpdate(&m, table, (size_t)nRanks * sizeof(*table));
-  return mendMacFinal(&m);
-}
-
-uint64_t mendBsReplyMac(const uint8_t secret[MEND_MAC_KEY_BYTES], const uint8_t nonce[MEND_BS_NONCE_BYTES],
-                        const struct mendBsRootReply* rep, uint64_t tableMac) {
-  struct mendMac m;
-  macStart(&m, secret, MAC_REPLY, nonce);
-  mendMacUpdate(&m, rep, offsetof(struct mendBsRootReply, mac));
-  mendMacUpdate(&m, &tableMac, sizeof(tableMac));
-  return mendMacFinal(&m);
-}
-
-uint64_t mendBsHandshakeMac(const uint8_t key[MEND_MAC_KEY_BYTES], const uint8_t nonce[MEND_BS_NONCE_BYTES],
-                            const struct mendBsHandshake* hs) {
-  struct mendMac m;
-  macStart(&m, key, MAC_PEER, nonce);
-  mendMacUpdate(&m, hs, offsetof(struct mendBsHandshake, mac));
-  return mendMacFinal(&m);
-}
+/* ---------------------------------------------------------------- challenges (the MACs: bootstrap_wire.c) */
 
 int mendBsSendChallenge(int fd, uint8_t nonce[MEND_BS_NONCE_BYTES]) {
   struct mendBsChallenge c = {.magic = MEND_BS_CHALLENGE_MAGIC};
@@ -87,13 +46,12 @@ ncclResult_t mendBsRecvChallenge(int fd, uint8_t nonce[MEND_BS_NONCE_BYTES], _At
                                  int64_t timeoutMs, const union mendSocketAddr* from) {
   struct mendBsChallenge c;
   MENDCHECK(mendSocketRecvAll(fd, &c, sizeof(c), abortFlag, timeoutMs));
-  if (c.magic != MEND_BS_CHALLENGE_MAGIC) {
+  if (!mendBsChallengeParse(&c, sizeof(c), nonce)) {
     char name[MEND_SOCKET_NAME_MAXLEN];
     WARN("Bootstrap: %s is not a Mend bootstrap listener (it sent 0x%016llx first)", mendSocketAddrStr(from, name),
          (unsigned long long)c.magic);
     return ncclRemoteError;
   }
-  memcpy(nonce, c.nonce, MEND_BS_NONCE_BYTES);
   return ncclSuccess;
 }
 
@@ -227,37 +185,13 @@ ncclResult_t mendBsGetLoopbackId(ncclUniqueId* uid) {
 
 /* ---------------------------------------------------------------- rank side */
 
-static void warnStatus(const struct mendBsRootReply* rep, int rank, int nRanks, const union mendSocketAddr* root) {
-  char name[MEND_SOCKET_NAME_MAXLEN];
-  mendSocketAddrStr(root, name);
-  switch (rep->status) {
-  case MEND_BS_ROOT_ERR_MAGIC: WARN("Bootstrap: root %s rejected rank %d: the unique id does not belong to it (magic mismatch)", name, rank); break;
-  case MEND_BS_ROOT_ERR_NRANKS: WARN("Bootstrap: rank %d called init with nranks=%d but other ranks use nranks=%d", rank, nRanks, rep->detail); break;
-  case MEND_BS_ROOT_ERR_RANK: WARN("Bootstrap: root %s rejected rank %d of %d (out of range or wrong root for ncclCommInitRankScalable)", name, rank, nRanks); break;
-  case MEND_BS_ROOT_ERR_DUP: WARN("Bootstrap: rank %d was already registered at root %s by another caller (duplicate rank)", rank, name); break;
-  case MEND_BS_ROOT_ERR_TIMEOUT: WARN("Bootstrap: root %s gave up: only %d of %d ranks arrived (MEND_BOOTSTRAP_TIMEOUT)", name, rep->detail, nRanks); break;
-  case MEND_BS_ROOT_ERR_ROOTS: WARN("Bootstrap: root %d could not reach the other roots", rep->detail); break;
-  case MEND_BS_ROOT_ERR_AUTH: WARN("Bootstrap: root %s refused rank %d: it serves another job (its secret differs: check MEND_JOB_SECRET and the launcher's job id, or two jobs share NCCL_COMM_ID)", name, rank); break;
-  default: WARN("Bootstrap: root %s answered with unknown status %d", name, rep->status); break;
-  }
-}
-
 /* The root's answer: status, then (when OK) the table, whose MAC proves the root knows the secret. */
 static ncclResult_t readReply(struct ncclComm* comm, int fd, const struct mendBsId* rootId,
                               const struct mendBsRootHello* h, union mendSocketAddr* table, int64_t timeout) {
   char name[MEND_SOCKET_NAME_MAXLEN];
   struct mendBsRootReply rep;
   MENDCHECK(mendSocketRecvAll(fd, &rep, sizeof(rep), &comm->abortFlag, timeout));
-  if (rep.status != MEND_BS_ROOT_OK) {
-    warnStatus(&rep, comm->rank, comm->nRanks, &rootId->addr);
-    return rep.status == MEND_BS_ROOT_ERR_TIMEOUT || rep.status == MEND_BS_ROOT_ERR_ROOTS ? ncclRemoteError
-                                                                                          : ncclInvalidUsage;
-  }
-  if (rep.nRanks != comm->nRanks) {
-    WARN("Bootstrap: root %s sent a table of %d ranks, expected %d", mendSocketAddrStr(&rootId->addr, name),
-         rep.nRanks, comm->nRanks);
-    return ncclInternalError;
-  }
+  MENDCHECK(mendBsRootReplyParse(&rep, sizeof(rep), comm->rank, comm->nRanks, &rootId->addr, &rep));
   MENDCHECK(mendSocketRecvAll(fd, table, (size_t)comm->nRanks * sizeof(*table), &comm->abortFlag, timeout));
   uint64_t tableMac = mendBsTableMac(rootId->secret, table, comm->nRanks);
   if (rep.mac != mendBsReplyMac(rootId->secret, h->nonce, &rep, tableMac)) {

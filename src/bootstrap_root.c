@@ -12,6 +12,7 @@
  * allocated.  Wire formats and statuses: docs/bootstrap.md; the rank side is in bootstrap_id.c.
  */
 #include "bootstrap_priv.h"
+#include "bootstrap_wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -240,16 +241,9 @@ static void rootRegister(struct bsRoot* rt, int i) {
  * What the hello says of itself is checked before it shapes the rendezvous (the first one does). */
 static int helloStatus(struct bsRoot* rt, const struct rootConn* c, int* detail) {
   const struct mendBsRootHello* h = &c->hello;
-  *detail = h->nRanks;
-  if (h->nRanks < 1 || h->nIds < 1 || h->nIds > h->nRanks || h->idIdx < 0 || h->idIdx >= h->nIds || h->rank < 0 ||
-      h->rank >= h->nRanks || mendBsRootOf(h->rank, h->nRanks, h->nIds) != h->idIdx ||
-      h->count != (h->nIds > 1 ? h->nIds : 0))
-    return MEND_BS_ROOT_ERR_RANK;
-  *detail = rt->nRanks;
-  if (rt->nRanks > 0 && h->nRanks != rt->nRanks) return MEND_BS_ROOT_ERR_NRANKS;
-  *detail = rt->nIds;
-  if (rt->nRanks > 0 && (h->nIds != rt->nIds || h->idIdx != rt->idIdx)) return MEND_BS_ROOT_ERR_RANK;
-  *detail = 0;
+  const struct mendBsRootView view = {.nRanks = rt->nRanks, .nIds = rt->nIds, .idIdx = rt->idIdx};
+  int status = mendBsRootHelloFits(h, &view, detail);
+  if (status != MEND_BS_ROOT_OK) return status;
   if (rt->nRanks < 0 && !rootAdopt(rt, h->nRanks, h->nIds, h->idIdx)) return MEND_BS_ROOT_ERR_RANK;
   *detail = h->rank;
   if (rt->have[h->rank]) {
@@ -280,10 +274,9 @@ static void rootOnHello(struct bsRoot* rt, int i) {
 static void rootOnTable(struct bsRoot* rt, int i) {
   struct rootConn* c = &rt->conns[i];
   const struct mendBsRootHello* h = &c->hello;
-  int fits = h->nIds > 1 && h->nIds <= h->nRanks && h->rank >= 0 && h->rank < h->nIds && h->rank != h->idIdx &&
-             h->count == mendBsGroupSize(h->rank, h->nRanks, h->nIds);  /* checked before it shapes anything */
-  if (fits && rt->nRanks > 0) fits = h->nRanks == rt->nRanks && h->nIds == rt->nIds && h->idIdx == rt->idIdx;
-  if (!fits) {
+  const struct mendBsRootView view = {.nRanks = rt->nRanks, .nIds = rt->nIds, .idIdx = rt->idIdx};
+  int detail;  /* checked before it shapes anything */
+  if (mendBsRootHelloFits(h, &view, &detail) != MEND_BS_ROOT_OK) {
     WARN("Bootstrap root: dropping a TABLE that does not fit the rendezvous (from root %d of %d: %d entries of %d ranks)",
          h->rank, h->nIds, h->count, h->nRanks);
     connClose(rt, i);
@@ -300,7 +293,8 @@ static void rootOnTable(struct bsRoot* rt, int i) {
 /* One TABLE entry arrived: it must belong to the sending root's group. */
 static int rootOnEntry(struct bsRoot* rt, struct rootConn* c) {
   const struct mendBsRootEntry* e = &c->entry;
-  if (e->rank < 0 || e->rank >= rt->nRanks || mendBsRootOf(e->rank, rt->nRanks, rt->nIds) != c->hello.rank) {
+  const struct mendBsRootView view = {.nRanks = rt->nRanks, .nIds = rt->nIds, .idIdx = rt->idIdx};
+  if (!mendBsRootEntryParse(&c->entry, sizeof(c->entry), &view, c->hello.rank, &c->entry)) {
     WARN("Bootstrap root %d: TABLE from root %d names rank %d, not one of its ranks; dropped", rt->idIdx,
          c->hello.rank, e->rank);
     return 0;
@@ -317,11 +311,12 @@ static int rootOnEntry(struct bsRoot* rt, struct rootConn* c) {
 static void rootCheckHello(struct bsRoot* rt, int i) {
   struct rootConn* c = &rt->conns[i];
   char a[MEND_SOCKET_NAME_MAXLEN];
-  if (c->hello.magic != rt->id.magic) {
+  int proof = mendBsRootHelloParse(&c->hello, sizeof(c->hello), &rt->id, c->nonce, &c->hello);
+  if (proof == MEND_BS_ROOT_ERR_MAGIC) {
     connRefuse(rt, i, MEND_BS_ROOT_ERR_MAGIC, 0, 0);
     return;
   }
-  if (c->hello.mac != mendBsHelloMac(rt->id.secret, c->nonce, &c->hello)) {
+  if (proof != MEND_BS_ROOT_OK) {
     WARN_SPARSE(1000, "Bootstrap root: refused %s (claims rank %d of %d): it does not know this job's secret "
                 "(another job on the same NCCL_COMM_ID, or a stranger)", peerName(c->fd, a), c->hello.rank,
                 c->hello.nRanks);

@@ -3,6 +3,7 @@
  */
 #include "resilience/health.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -43,9 +44,20 @@ void mendHealthFree(struct mendHealth* h) {
   h->nics = NULL;
 }
 
+/* An update names a NIC of the registry, a known state and a bandwidth (updates come from other
+ * ranks: nothing in one is believed before this). */
+static int updateFits(const struct mendHealth* h, const struct mendHealthUpdate* u) {
+  return u->rank >= 0 && u->rank < h->nRanks && u->dev >= 0 && u->dev < h->maxDevs && u->state >= MEND_NIC_UP &&
+         u->state <= MEND_NIC_PROBING && isfinite(u->gbps) && u->gbps >= 0.0f;
+}
+
 static int applyLocked(struct mendHealth* h, const struct mendHealthUpdate* u) {
-  if (u->rank < 0 || u->rank >= h->nRanks || u->dev < 0 || u->dev >= h->maxDevs) return 0;
-  struct mendHealthNic* nic = h->nics + u->rank * h->maxDevs + u->dev;
+  if (!updateFits(h, u)) {
+    WARN_SPARSE(1000, "health: ignored a malformed update (rank %d of %d, device %d of %d, state %d, %g Gbit/s)",
+                u->rank, h->nRanks, u->dev, h->maxDevs, u->state, (double)u->gbps);
+    return 0;
+  }
+  struct mendHealthNic* nic = h->nics + (size_t)u->rank * (size_t)h->maxDevs + (size_t)u->dev;
   /* Newer wins; equal epochs from two deciders: the higher reporter rank wins, so all views agree. */
   if (u->epoch < nic->epoch) return 0;
   if (u->epoch == nic->epoch && nic->epoch != 0 && u->reporter <= nic->reporter) return 0;

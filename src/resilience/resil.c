@@ -18,6 +18,7 @@
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "resilience/detect.h"
+#include "resilience/resil_wire.h"
 
 #define SVC_BUSY_MS 5     /* service loop tick while something is in flight */
 #define SVC_IDLE_MS 50    /* tick when idle (link events and wake-ups interrupt it) */
@@ -288,10 +289,7 @@ static void* oobMain(void* arg) {
       poll(NULL, 0, 10);  /* a bad message was dropped, or the bootstrap is closing */
       continue;
     }
-    if (m.magic != RESIL_MSG_MAGIC) {
-      WARN_SPARSE(1000, "NET/Resilient: rank %d: out-of-band message from rank %d with a bad magic", r->rank, from);
-      continue;
-    }
+    if (!mendResilMsgParse(&m, sizeof(m), r->rank, from, &m)) continue;  /* WARNed */
     oobApply(r, from, &m);
   }
   return NULL;

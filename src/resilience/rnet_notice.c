@@ -12,6 +12,7 @@
 
 #include "checks.h"
 #include "resilience/resil.h"
+#include "resilience/resil_wire.h"
 
 static pthread_mutex_t ctxListLock = PTHREAD_MUTEX_INITIALIZER;
 static struct rnetCtx* ctxList;  /* every live context of the process */
@@ -84,9 +85,10 @@ static int deliverIn(struct rnetCtx* ctx, const struct rnetNotice* n) {
   return found;
 }
 
-int mendRnetDeliver(struct rnetCtx* ctx, const struct rnetNotice* n) {
-  if (n->magic != RNET_MAGIC) {
-    WARN("NET/Resilient: a notice with a bad magic (0x%x) was dropped", n->magic);
+int mendRnetDeliver(struct rnetCtx* ctx, const struct rnetNotice* wire) {
+  struct rnetNotice copy, *n = &copy;
+  if (!mendRnetNoticeParse(wire, sizeof(*wire), n)) {
+    WARN("NET/Resilient: a notice with a bad magic (0x%x) or type (%u) was dropped", wire->magic, wire->type);
     return 0;
   }
   if (ctx) return deliverIn(ctx, n);

@@ -20,6 +20,7 @@
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "transport/net_socket.h"
+#include "transport/net_socket_wire.h"
 
 #define RETRY_MS 20  /* pause before retrying a refused connect */
 
@@ -191,7 +192,7 @@ static ncclResult_t connFinish(struct mendSocketComm* comm) {
 
 /* connect on an aligned copy of the caller's handle (its progress is kept in h->stage). */
 static ncclResult_t connectHandle(int dev, struct mendSocketHandle* h, void** sendComm) {
-  MENDARGCHECK(h->magic == MEND_SOCKET_HELLO_MAGIC, ncclInvalidArgument,
+  MENDARGCHECK(mendSocketHandleParse(h, sizeof(*h), h), ncclInvalidArgument,
                "NET/Socket: connect: the handle was not made by the socket Net's listen");
   ncclResult_t res;
   if (h->stage.state == 0) {
@@ -277,9 +278,7 @@ static void acceptPending(struct mendSocketListenComm* lc) {
       continue;
     }
     if (p->got < sizeof(p->hello)) continue;
-    const struct mendSocketHello* m = &p->hello;
-    if (m->magic != MEND_SOCKET_HELLO_MAGIC || m->listenToken != lc->token || m->nsocks < 1 ||
-        m->nsocks > MEND_SOCKET_MAX_SOCKS || m->index > m->nsocks || m->chunkSize == 0) {
+    if (!mendSocketHelloParse(&p->hello, sizeof(p->hello), lc->token, &p->hello)) {
       WARN_SPARSE(1000, "NET/Socket: accept: dropped a connection with a foreign or corrupt hello");
       dropPending(p);
     }
@@ -293,12 +292,11 @@ static int groupOf(struct mendSocketListenComm* lc, uint64_t token, int* byIndex
   for (int i = 0; i < MEND_SOCKET_MAX_PENDING; i++) {
     struct mendSocketPending* p = &lc->pend[i];
     if (p->fd < 0 || p->got != sizeof(p->hello) || p->hello.connToken != token) continue;
-    if (p->hello.nsocks != nsocks || byIndex[p->hello.index] >= 0) {
+    if (!mendSocketHelloPlace(&p->hello, nsocks, byIndex, i)) {
       WARN_SPARSE(1000, "NET/Socket: accept: dropped a duplicate or inconsistent socket of a connection");
       dropPending(p);
       continue;
     }
-    byIndex[p->hello.index] = i;
     count++;
   }
   return count;

@@ -21,6 +21,7 @@
 #include "checks.h"
 #include "misc/fault.h"
 #include "transport/net_socket.h"
+#include "transport/net_socket_wire.h"
 
 #define TASK_RING MEND_NET_MAX_REQUESTS
 #define MAX_IOV 8               /* chunks of one socket moved per syscall */
@@ -219,19 +220,11 @@ static ncclResult_t ctrlRead(struct mendSocketComm* comm, char* dst, size_t len,
 
 /* The header of the fifo head arrived: check it against the posted receive. */
 static ncclResult_t headerArrived(struct mendSocketComm* comm, struct mendSocketReq* req) {
-  const struct mendSocketMsgHdr* h = &comm->rxHdr;
   char cause[160];
-  if (h->magic != MEND_SOCKET_MSG_MAGIC || h->seq != req->seq) {
-    snprintf(cause, sizeof(cause), "bad message header (magic 0x%x, seq %u, expected seq %u)", h->magic, h->seq,
-             req->seq);
+  if (!mendSocketMsgHdrParse(&comm->rxHdr, sizeof(comm->rxHdr), req->seq, req->posted, &comm->rxHdr, cause,
+                             sizeof(cause)))
     return mendNetSocketFail(comm, ncclInternalError, cause);
-  }
-  if (h->size > req->posted) {
-    snprintf(cause, sizeof(cause), "message truncated: peer sent %llu bytes, the receive posted %zu",
-             (unsigned long long)h->size, req->posted);
-    return mendNetSocketFail(comm, ncclInternalError, cause);
-  }
-  req->size = h->size;
+  req->size = comm->rxHdr.size;
   if (req->size > comm->inlineMax) MENDCHECK(postTasks(comm, req));
   return ncclSuccess;
 }

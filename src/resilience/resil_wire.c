@@ -1,0 +1,52 @@
+/*
+ * The resilience service's wire checks (see resil_wire.h).
+ */
+#include "resilience/resil_wire.h"
+
+#include <string.h>
+
+#include "misc/debug.h"
+
+/* A localization request or answer: one or two targets, answers -1 (not probed), 0 or 1. */
+static int locFits(const struct resilLoc* l, int isResp) {
+  if (l->n < 1 || l->n > 2) return 0;
+  for (int i = 0; isResp && i < 2; i++)
+    if (l->ok[i] < -1 || l->ok[i] > 1) return 0;
+  return 1;
+}
+
+int mendResilMsgParse(const void* buf, size_t len, int rank, int from, struct resilMsg* out) {
+  if (buf == NULL || len != sizeof(*out)) {
+    WARN_SPARSE(1000, "NET/Resilient: rank %d: a %zu-byte out-of-band message from rank %d (expected %zu)", rank, len,
+                from, sizeof(*out));
+    return 0;
+  }
+  memmove(out, buf, sizeof(*out));  /* the caller may parse its receive buffer in place */
+  if (out->magic != RESIL_MSG_MAGIC) {
+    WARN_SPARSE(1000, "NET/Resilient: rank %d: out-of-band message from rank %d with a bad magic", rank, from);
+    return 0;
+  }
+  int ok;
+  switch (out->type) {
+    case RESIL_MSG_NOTICE:
+    case RESIL_MSG_ACK: ok = 1; break;  /* a notice's own fields: mendRnetNoticeParse on delivery */
+    case RESIL_MSG_LOC_REQ:
+    case RESIL_MSG_LOC_RESP: ok = locFits(&out->u.loc, out->type == RESIL_MSG_LOC_RESP); break;
+    case RESIL_MSG_HEALTH:
+      out->u.health.verdict[sizeof(out->u.health.verdict) - 1] = '\0';  /* printed with %s */
+      ok = 1;  /* its state and bandwidth: mendHealthApply */
+      break;
+    default: ok = 1; break;  /* a type this file does not check: its handler does (oobApply WARNs unknown ones) */
+  }
+  if (!ok) WARN_SPARSE(1000, "NET/Resilient: rank %d: malformed out-of-band message %u from rank %d", rank, out->type,
+                       from);
+  return ok;
+}
+
+int mendRnetNoticeParse(const void* buf, size_t len, struct rnetNotice* out) {
+  if (buf == NULL || len != sizeof(*out)) return 0;
+  memmove(out, buf, sizeof(*out));
+  if (out->magic != RNET_MAGIC || out->type < RNET_NOTE_KILL || out->type > RNET_NOTE_REBUILD_FAIL) return 0;
+  out->remote = 1;
+  return 1;
+}
