@@ -186,6 +186,17 @@ ncclResult_t mendPlannerSetView(struct ncclComm* comm, struct mendPlanView* view
   return ncclSuccess;
 }
 
+void mendPlannerEpochs(struct ncclComm* comm, int64_t* inForce, int64_t* pending) {
+  *inForce = *pending = -1;
+  /* The planner is made by the first operation, on the thread that issues it. */
+  struct mendPlanner* pl = comm ? __atomic_load_n(&comm->planner, __ATOMIC_ACQUIRE) : NULL;
+  if (!pl) return;
+  pthread_mutex_lock(&viewLock);
+  if (pl->view) *inForce = pl->view->epoch;
+  if (pl->nextView) *pending = pl->nextView->epoch;
+  pthread_mutex_unlock(&viewLock);
+}
+
 ncclResult_t mendPlannerViewAt(struct ncclComm* comm, uint64_t opCount, const struct mendPlanView** out) {
   struct mendPlanner* pl;
   MENDCHECK(mendPlannerGet(comm, &pl));

@@ -109,6 +109,9 @@ ncclResult_t mendPlannerSetView(struct ncclComm* comm, struct mendPlanView* view
 /* The view in force for op `opCount`: adopts the pending view when opCount reached its fromOp;
  * makes one from comm->channels when none was set. */
 ncclResult_t mendPlannerViewAt(struct ncclComm* comm, uint64_t opCount, const struct mendPlanView** view);
+/* Epochs of the view in force and of the pending one (-1: none), for observers on any thread (the
+ * monitor); changes nothing. */
+void mendPlannerEpochs(struct ncclComm* comm, int64_t* inForce, int64_t* pending);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "checks.h"
 #include "misc/cudrv.h"
 #include "misc/utils.h"
+#include "monitor/monitor.h"
 #include "proxy.h"
 
 struct netConn {
@@ -37,6 +38,7 @@ struct netConn {
   uint64_t done;                      /* slots whose request completed */
   _Atomic uint64_t bytes;             /* bytes moved by this connector (read by the monitor) */
   _Atomic uint64_t* nicBytes;         /* the device's tx or rx total */
+  struct mendMonConn* mon;            /* throughput monitor's handle; NULL when it is off */
 };
 
 static ncclResult_t sendProgress(struct ncclComm* comm, struct mendProxyConn* pc, int* moved, int* busy) {
@@ -49,6 +51,7 @@ static ncclResult_t sendProgress(struct ncclComm* comm, struct mendProxyConn* pc
     void* req = NULL;
     MENDCHECK(nc->net->isend(nc->netComm, conn->buff + (size_t)s * conn->slotBytes, fifo->bytes[s], 0, nc->mhandle, &req));
     if (!req) break;
+    if (nc->mon) mendMonPost(nc->mon, s);
     nc->reqs[s] = req;
     nc->posted++;
     *moved = 1;
@@ -61,6 +64,7 @@ static ncclResult_t sendProgress(struct ncclComm* comm, struct mendProxyConn* pc
     nc->reqs[s] = NULL;
     atomic_fetch_add_explicit(&nc->bytes, fifo->bytes[s], memory_order_relaxed);
     atomic_fetch_add_explicit(nc->nicBytes, fifo->bytes[s], memory_order_relaxed);
+    if (nc->mon) mendMonDone(nc->mon, s, fifo->bytes[s]);
     mendFifoStore(&fifo->head, ++nc->done);
     advanced = 1;
   }
@@ -82,6 +86,7 @@ static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc
     void* req = NULL;
     MENDCHECK(nc->net->irecv(nc->netComm, 1, &data, &size, &tag, &nc->mhandle, &req));
     if (!req) break;
+    if (nc->mon) mendMonPost(nc->mon, s);
     nc->reqs[s] = req;
     nc->posted++;
     *moved = 1;
@@ -100,6 +105,7 @@ static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc
     fifo->bytes[s] = (uint64_t)size;
     atomic_fetch_add_explicit(&nc->bytes, (uint64_t)size, memory_order_relaxed);
     atomic_fetch_add_explicit(nc->nicBytes, (uint64_t)size, memory_order_relaxed);
+    if (nc->mon) mendMonDone(nc->mon, s, (uint64_t)size);
     mendFifoStore(&fifo->tail, ++nc->done);
     advanced = 1;
   }
@@ -193,12 +199,14 @@ static ncclResult_t netConnect(struct ncclComm* comm, struct mendConnector* conn
   }
   INFO(NCCL_NET, "Channel %02d: %d %s %d via NET/%s/%d", conn->channel, comm->rank, conn->dir == MEND_SEND ? "->" : "<-",
        conn->peer, nc->net->name, nc->dev);
+  if (!nc->mon) MENDCHECK(mendMonitorConnAdd(comm, conn, nc->dev, nc->net, nc->netComm, &nc->mon));
   return mendProxyAdd(comm, &nc->pc);
 }
 
 static void netFree(struct ncclComm* comm, struct mendConnector* conn) {
   struct netConn* nc = conn->priv;
   if (!nc) return;
+  mendMonitorConnRemove(nc->mon); /* reads the net comm's counters one last time */
   if (nc->netComm) {
     if (nc->mhandle) nc->net->deregMr(nc->netComm, nc->mhandle);
     if (conn->dir == MEND_SEND) nc->net->closeSend(nc->netComm);

@@ -17,6 +17,7 @@
 #include "misc/cudrv.h"
 #include "misc/param.h"
 #include "misc/utils.h"
+#include "monitor/monitor.h"
 #include "plugin/net_plugin.h"
 #include "proxy.h"
 #include "resilience/resil.h"
@@ -263,6 +264,7 @@ ncclResult_t mendTransportInit(struct ncclComm* comm) {
   bellSegUnlink(t->bellSeg);
   MENDCHECKGOTO(mendGraphSetup(comm, t->nNicsMax), res, fail);
   logPeers(comm);
+  MENDCHECKGOTO(mendMonitorCommAdd(comm, t->buffBytes / MEND_FIFO_SLOTS), res, fail);
   mendBootstrapSetPeerGone(comm->bootstrap, peerGone, comm);
   return ncclSuccess;
 fail:
@@ -312,6 +314,7 @@ ncclResult_t mendTransportFree(struct ncclComm* comm) {
   /* The proxy and the resilience service go first: they are the other users of net connectors. */
   mendProxyDestroy(comm);
   mendResilStop(comm->resil);
+  mendMonitorCommRemove(comm); /* its last snapshot, while the connectors still exist */
   freeConnectors(comm);
   if (t->net && t->netCtx && t->net->finalize) t->net->finalize(t->netCtx);
   if (t->baseNet && t->baseCtx && t->baseNet->finalize) t->baseNet->finalize(t->baseCtx);

@@ -1,0 +1,248 @@
+// The monitor's window arithmetic (src/monitor/window.c) against values computed by hand, and the
+// snapshot text of a process with no communicator.  Times are in ns; every message is 1000 bytes.
+#include <gtest/gtest.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "mend_internal.h"
+#define _Atomic volatile
+extern "C" {
+#include "monitor/monitor.h"
+#include "monitor/window.h"
+}
+#undef _Atomic
+
+namespace {
+
+struct Msg {
+  uint64_t post, done;
+};
+
+// Back to back: each message is posted as the previous one completes, and takes gap(i) ns.
+template <typename Gap>
+std::vector<Msg> backToBack(int n, Gap gap) {
+  std::vector<Msg> v;
+  uint64_t t = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t post = t;
+    t += gap(i);
+    v.push_back({post, t});
+  }
+  return v;
+}
+
+class Window {
+ public:
+  Window(int size, int permille, int judge = 1, uint64_t minBytes = 0) {
+    EXPECT_EQ(mendMonWindowInit(&w_, size, permille, judge, minBytes), ncclSuccess);
+  }
+  ~Window() { mendMonWindowFree(&w_); }
+  void add(const Msg& m, uint64_t bytes = 1000) { mendMonWindowAdd(&w_, m.post, m.done, bytes); }
+  uint64_t bps() const { return w_.bps; }
+  uint64_t lat() const { return w_.latNs; }
+  uint64_t span() const { return w_.spanNs; }
+  uint64_t median() const { return w_.medianBps; }
+  uint64_t anomalies() const { return w_.anomalies; }
+  int inAnomaly() const { return w_.inAnomaly; }
+  uint64_t lastAnomaly() const { return w_.lastAnomalyNs; }
+  const mendMonWindow& raw() const { return w_; }
+
+ private:
+  mendMonWindow w_;
+};
+
+}  // namespace
+
+TEST(MonitorWindow, RejectsBadShapes) {
+  mendMonWindow w;
+  EXPECT_EQ(mendMonWindowInit(&w, 0, 500, 1, 0), ncclInvalidArgument);
+  EXPECT_EQ(mendMonWindowInit(&w, MEND_MON_MAX_WINDOW + 1, 500, 1, 0), ncclInvalidArgument);
+  EXPECT_EQ(mendMonWindowInit(&w, 8, 0, 1, 0), ncclInvalidArgument);
+  EXPECT_EQ(mendMonWindowInit(&w, 8, 1001, 1, 0), ncclInvalidArgument);
+  EXPECT_EQ(mendMonWindowInit(nullptr, 8, 500, 1, 0), ncclInvalidArgument);
+}
+
+TEST(MonitorWindow, Median) {
+  uint64_t a[] = {5, 1, 4, 2, 3};
+  EXPECT_EQ(mendMonMedian(a, 5), 3u);
+  uint64_t b[] = {10, 40, 30, 20};
+  EXPECT_EQ(mendMonMedian(b, 4), 20u);  // the lower middle one
+  EXPECT_EQ(mendMonMedian(b, 0), 0u);
+  EXPECT_EQ(mendMonMedian(b, 1), 10u);
+}
+
+// 1000 bytes every 1000 ns: each window of 4 holds 4000 bytes over 4000 ns busy, 1e9 B/s.
+TEST(MonitorWindow, ConstantRate) {
+  Window w(4, 500);
+  auto msgs = backToBack(16, [](int) { return 1000; });
+  for (int i = 0; i < 3; i++) {
+    w.add(msgs[i]);
+    EXPECT_EQ(w.bps(), 0u) << "no value before W messages";
+  }
+  for (int i = 3; i < 16; i++) {
+    w.add(msgs[i]);
+    EXPECT_EQ(w.bps(), 1000000000u) << i;
+    EXPECT_EQ(w.lat(), 1000u) << i;
+    EXPECT_EQ(w.span(), 4000u) << i;
+  }
+  // History: one value per 4 messages (after 4, 8, 12, 16), all 1e9: median 1e9, no anomaly.
+  EXPECT_EQ(w.median(), 1000000000u);
+  EXPECT_EQ(w.anomalies(), 0u);
+  EXPECT_EQ(w.raw().bytes, 16000u);
+  EXPECT_EQ(w.raw().msgs, 16u);
+  EXPECT_EQ(w.raw().lastDoneNs, 16000u);
+}
+
+// All 8 posted at once (a queue): message i starts when i-1 completes at 1000 i, so the rate is
+// still 1e9 B/s; the latency includes the wait: window 0..3 waits 1000+2000+3000+4000 -> 2500 mean.
+TEST(MonitorWindow, QueuedBurstMeasuresDeliveryRate) {
+  Window w(4, 500);
+  for (int i = 0; i < 8; i++) {
+    w.add({0, 1000u * (i + 1)});
+    if (i == 3) {
+      EXPECT_EQ(w.bps(), 1000000000u);
+      EXPECT_EQ(w.lat(), 2500u);
+    }
+  }
+  EXPECT_EQ(w.bps(), 1000000000u);
+  EXPECT_EQ(w.lat(), 6500u);  // (5000 + 6000 + 7000 + 8000) / 4
+}
+
+// Idle time with nothing posted is not slowness: message 1 is posted 999 us after message 0 ended.
+// Busy time (1000 - 0) + (1001000 - 1000000) = 2000 ns for 2000 bytes: 1e9 B/s.
+TEST(MonitorWindow, IdleGapIsNotCounted) {
+  Window w(2, 500);
+  w.add({0, 1000});
+  w.add({1000000, 1001000});
+  EXPECT_EQ(w.bps(), 1000000000u);
+  EXPECT_EQ(w.span(), 2000u);
+  EXPECT_EQ(w.lat(), 1000u);
+}
+
+// 24 messages at 1000 ns each (1e9 B/s), then 4000 ns each (2.5e8 B/s).  done(23) = 24000, then
+// 28000, 32000, 36000, 40000 ...  Window ending at i spans done(i) - done(i-4):
+//   i=24: 28000 - 21000 = 7000  -> 4000e9 / 7000  = 571428571 (floor), latency (3x1000 + 4000)/4 = 1750
+//   i=25: 32000 - 22000 = 10000 -> 400000000, latency 2500
+//   i=26: 36000 - 23000 = 13000 -> 307692307, latency 3250
+//   i=27: 40000 - 24000 = 16000 -> 250000000, latency 4000
+// Median of the history (6 values of 1e9 by i=23) is 1e9; threshold 500 permille = 5e8: i=24 is not
+// an anomaly, i=25 starts one (at done 32000).  Low values join the history at i=27, 31, ...; the
+// lower median of n values turns low once more than (n-1)/2 are low: 6 low of 12, pushed at i=47.
+// So i=47 is still judged low, the median is 2.5e8 after it, and i=48 ends the episode.
+TEST(MonitorWindow, StepChange) {
+  Window w(4, 500);
+  auto msgs = backToBack(64, [](int i) { return i < 24 ? 1000 : 4000; });
+  for (int i = 0; i <= 23; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.bps(), 1000000000u);
+  EXPECT_EQ(w.median(), 1000000000u);
+  const uint64_t bps[] = {571428571u, 400000000u, 307692307u, 250000000u};
+  const uint64_t lat[] = {1750u, 2500u, 3250u, 4000u};
+  for (int k = 0; k < 4; k++) {
+    w.add(msgs[24 + k]);
+    EXPECT_EQ(w.bps(), bps[k]) << "i=" << 24 + k;
+    EXPECT_EQ(w.lat(), lat[k]) << "i=" << 24 + k;
+    EXPECT_EQ(w.inAnomaly(), k >= 1) << "i=" << 24 + k;
+  }
+  EXPECT_EQ(w.anomalies(), 1u);
+  EXPECT_EQ(w.lastAnomaly(), 32000u);
+  for (int i = 28; i <= 47; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.inAnomaly(), 1);
+  EXPECT_EQ(w.median(), 250000000u);
+  w.add(msgs[48]);
+  EXPECT_EQ(w.inAnomaly(), 0);
+  for (int i = 49; i < 64; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.anomalies(), 1u) << "one episode";
+  EXPECT_EQ(w.bps(), 250000000u);
+}
+
+// 1000 ns per message, but message 20 stalls 10 us (done 31000 instead of 21000).  Every window
+// holding it spans 14000 ns: 4000e9 / 14000 = 285714285, latency (3x1000 + 11000)/4 = 3500.  Median
+// 1e9 (5 values), so it is an anomaly from i=20 until the stall leaves the window at i=24.
+TEST(MonitorWindow, Stall) {
+  Window w(4, 500);
+  auto msgs = backToBack(32, [](int i) { return i == 20 ? 11000 : 1000; });
+  for (int i = 0; i < 20; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.bps(), 1000000000u);
+  for (int i = 20; i < 24; i++) {
+    w.add(msgs[i]);
+    EXPECT_EQ(w.bps(), 285714285u) << i;
+    EXPECT_EQ(w.lat(), 3500u) << i;
+    EXPECT_EQ(w.span(), 14000u) << i;
+    EXPECT_EQ(w.inAnomaly(), 1) << i;
+  }
+  EXPECT_EQ(w.lastAnomaly(), 31000u);
+  w.add(msgs[24]);
+  EXPECT_EQ(w.bps(), 1000000000u);
+  EXPECT_EQ(w.inAnomaly(), 0);
+  for (int i = 25; i < 32; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.anomalies(), 1u);
+}
+
+// Receive windows are not judged (a receive is posted before its data exists), but still measured.
+TEST(MonitorWindow, UnjudgedWindowCountsNoAnomaly) {
+  Window w(4, 500, /*judge=*/0);
+  auto msgs = backToBack(32, [](int i) { return i == 20 ? 11000 : 1000; });
+  for (auto& m : msgs) w.add(m);
+  EXPECT_EQ(w.anomalies(), 0u);
+  EXPECT_EQ(w.median(), 1000000000u);
+  EXPECT_EQ(w.bps(), 1000000000u);
+}
+
+// Small messages measure latency, not throughput: a window holding one is neither judged nor a
+// history sample.  16 bulk messages (1e9 B/s, median 1e9), then 4 of 8 bytes at 1000 ns each
+// (8e6 B/s, far below half the median): no anomaly, median unchanged; back to bulk: judged again.
+TEST(MonitorWindow, SmallMessagesAreNotJudged) {
+  Window w(4, 500, 1, /*minBytes=*/500);
+  auto msgs = backToBack(28, [](int) { return 1000; });
+  for (int i = 0; i < 16; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.median(), 1000000000u);
+  for (int i = 16; i < 20; i++) w.add(msgs[i], 8);
+  EXPECT_EQ(w.bps(), 8000000u);  // 32 bytes over 4000 ns
+  EXPECT_EQ(w.anomalies(), 0u);
+  EXPECT_EQ(w.raw().nHist, 4) << "no sample from windows with small messages";
+  for (int i = 20; i < 24; i++) w.add(msgs[i]);
+  EXPECT_EQ(w.bps(), 1000000000u);
+  EXPECT_EQ(w.raw().nHist, 5);
+  // Bulk at half the rate now is judged: message 24 takes 3000 ns -> window 21..24 = 4000 B over
+  // 6000 ns = 666666666 (not low), message 25 takes 7000 -> 4000 B / 12000 ns = 333333333 (low).
+  w.add({msgs[23].done, msgs[23].done + 3000});
+  EXPECT_EQ(w.bps(), 666666666u);
+  EXPECT_EQ(w.inAnomaly(), 0);
+  w.add({msgs[23].done + 3000, msgs[23].done + 10000});
+  EXPECT_EQ(w.bps(), 333333333u);
+  EXPECT_EQ(w.anomalies(), 1u);
+}
+
+// W = 1 is the per-message estimate: each value is one message's own service time.
+TEST(MonitorWindow, WindowOfOne) {
+  Window w(1, 1000);
+  w.add({0, 500});
+  EXPECT_EQ(w.bps(), 2000000000u);
+  w.add({500, 2500});
+  EXPECT_EQ(w.bps(), 500000000u);
+  EXPECT_EQ(w.lat(), 2000u);
+}
+
+// Without a communicator the snapshot still names the process and every family once.
+TEST(MonitorSnapshot, EmptyProcess) {
+  char* text = nullptr;
+  size_t len = 0;
+  ASSERT_EQ(mendMonitorSnapshot(0, &text, &len), ncclSuccess);
+  std::string s(text, len);
+  free(text);
+  EXPECT_NE(s.find("# TYPE mend_monitor_info gauge\nmend_monitor_info{host=\""), std::string::npos) << s;
+  EXPECT_NE(s.find("# TYPE mend_comm_ops_total counter\n"), std::string::npos);
+  EXPECT_NE(s.find("# TYPE mend_nic_throughput_bytes_per_second gauge\n"), std::string::npos);
+  EXPECT_NE(s.find("mend_monitor_communicators 0\n"), std::string::npos) << s;
+  ASSERT_EQ(mendMonitorSnapshot(1, &text, &len), ncclSuccess);
+  std::string j(text, len);
+  free(text);
+  EXPECT_EQ(j.rfind("{\"kind\":\"process\",\"host\":\"", 0), 0u) << j;
+  EXPECT_NE(j.find("\"monitor_communicators\":0}"), std::string::npos) << j;
+  EXPECT_EQ(mendMonitorSnapshot(0, nullptr, &len), ncclInvalidArgument);
+}
