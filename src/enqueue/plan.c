@@ -57,8 +57,7 @@ ncclResult_t mendPlannerAttach(struct ncclComm* comm, const struct mendConnOps* 
 void mendPlannerFree(struct ncclComm* comm) {
   if (comm == NULL || comm->planner == NULL) return;
   if (comm->planner->tuner) mendTunerClose(comm->planner->tuner);
-  mendPlanViewFree(comm->planner->view);
-  mendPlanViewFree(comm->planner->nextView);
+  mendPlannerViewsFree(comm->planner);
   free(comm->planner);
   comm->planner = NULL;
 }

@@ -27,6 +27,7 @@ struct mendConnector;
 struct mendConnReq;
 struct mendTuner;
 struct mendPlanView;
+struct mendPlannerViews;
 
 /* One call of the API, as queued by the group until ncclGroupEnd. */
 struct mendOp {
@@ -61,7 +62,7 @@ struct mendPlanner {
   int tunerTried;                    /* the tuner plugin was looked for */
   struct mendTuner* tuner;           /* external tuner plugin, NULL when none */
   struct mendPlanView* view;         /* plan view in force (planview.h), NULL until set or first use */
-  struct mendPlanView* nextView;     /* view that takes over at its fromOp, NULL when none */
+  struct mendPlannerViews* views;    /* base view, pending views, agreement hold (planview.c), NULL until used */
 };
 
 /* Per-op choice (tuning.c). */

@@ -5,12 +5,15 @@
 #include "enqueue/planview.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "checks.h"
 #include "comm.h"
 #include "enqueue/plan.h"
+#include "misc/param.h"
 #include "misc/utils.h"
 
 _Static_assert(MEND_VIEW_MAX_CHANNELS == MEND_MAXCHANNELS, "a view holds every channel");
@@ -161,28 +164,241 @@ int mendPlanViewConnDev(const struct mendPlanView* v, int channel, uint32_t myMa
   return home;
 }
 
-/* ---- the planner's views ---- */
+/* ---- the planner's views ----
+ * The view in force (pl->view) is read and replaced by the planning thread only.  The resilience
+ * service holds planning and hands in committed views through the lock; the planning thread finds
+ * out with two atomic loads per op (holdOpen, pendingFrom) and takes the lock only when one says so.
+ */
 
-static pthread_mutex_t viewLock = PTHREAD_MUTEX_INITIALIZER; /* the planner's view and pending view */
+/* A view waiting for its op. */
+struct viewNode {
+  struct mendPlanView* view; /* pending from view->fromOp */
+  int64_t changeMs;          /* the health change it answers (mendTimeMs clock; 0: none) */
+  struct viewNode* next;     /* by fromOp, ascending */
+};
+
+struct mendPlannerViews {
+  pthread_mutex_t lock;          /* everything but the atomics' fast reads */
+  pthread_cond_t cond;           /* a hold released */
+  struct mendPlanView* base;     /* the first view (the graph's, epoch 0): agreements derive from it */
+  struct viewNode* pending;      /* views not in force yet */
+  _Atomic uint64_t pendingFrom;  /* fromOp of the first pending view or of brokenFrom, UINT64_MAX: none */
+  _Atomic uint64_t nextOp;       /* first op not planned yet (written by the planning thread only) */
+  _Atomic int holdOpen;          /* an agreement round holds planning */
+  uint32_t holdRound;            /* that round */
+  uint64_t holdFrom;             /* ops from here on wait */
+  int64_t holdSinceMs;           /* when the hold opened (the bound runs from here) */
+  uint64_t brokenFrom;           /* a committed view could not be made: ops from here fail (UINT64_MAX: none) */
+  uint32_t brokenRound;          /* that round */
+};
+
+static pthread_mutex_t viewsCreateLock = PTHREAD_MUTEX_INITIALIZER; /* creation of a planner's views only */
+
+static ncclResult_t plannerViews(struct ncclComm* comm, struct mendPlanner** plOut, struct mendPlannerViews** out) {
+  struct mendPlanner* pl;
+  MENDCHECK(mendPlannerGet(comm, &pl));
+  struct mendPlannerViews* vs = __atomic_load_n(&pl->views, __ATOMIC_ACQUIRE);
+  if (vs == NULL) {
+    pthread_mutex_lock(&viewsCreateLock);
+    vs = pl->views;
+    if (vs == NULL && MENDCALLOC(vs, 1) == ncclSuccess) {
+      pthread_mutex_init(&vs->lock, NULL);
+      pthread_cond_init(&vs->cond, NULL);
+      atomic_init(&vs->pendingFrom, UINT64_MAX);
+      atomic_init(&vs->nextOp, 0);
+      atomic_init(&vs->holdOpen, 0);
+      vs->brokenFrom = UINT64_MAX;
+      __atomic_store_n(&pl->views, vs, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&viewsCreateLock);
+    if (vs == NULL) return ncclSystemError;
+  }
+  *plOut = pl;
+  *out = vs;
+  return ncclSuccess;
+}
+
+void mendPlannerViewsFree(struct mendPlanner* pl) {
+  if (pl == NULL) return;
+  mendPlanViewFree(pl->view);
+  pl->view = NULL;
+  struct mendPlannerViews* vs = pl->views;
+  if (vs == NULL) return;
+  while (vs->pending) {
+    struct viewNode* n = vs->pending;
+    vs->pending = n->next;
+    mendPlanViewFree(n->view);
+    free(n);
+  }
+  mendPlanViewFree(vs->base);
+  pthread_cond_destroy(&vs->cond);
+  pthread_mutex_destroy(&vs->lock);
+  free(vs);
+  pl->views = NULL;
+}
+
+/* Keep pendingFrom = the first op at which the planning thread must look (lock held). */
+static void updatePendingFrom(struct mendPlannerViews* vs) {
+  uint64_t from = vs->pending ? vs->pending->view->fromOp : UINT64_MAX;
+  atomic_store(&vs->pendingFrom, from < vs->brokenFrom ? from : vs->brokenFrom);
+}
+
+/* Queue `view` (lock held): pending views from its op on are superseded by it. */
+static void addPending(struct mendPlannerViews* vs, struct mendPlanView* view, int64_t changeMs, struct viewNode* n) {
+  struct viewNode** pp = &vs->pending;
+  while (*pp && (*pp)->view->fromOp < view->fromOp) pp = &(*pp)->next;
+  while (*pp) {
+    struct viewNode* old = *pp;
+    *pp = old->next;
+    mendPlanViewFree(old->view);
+    free(old);
+  }
+  *n = (struct viewNode){ .view = view, .changeMs = changeMs, .next = NULL };
+  *pp = n;
+  updatePendingFrom(vs);
+}
 
 ncclResult_t mendPlannerSetView(struct ncclComm* comm, struct mendPlanView* view) {
   struct mendPlanner* pl;
-  ncclResult_t res = mendPlannerGet(comm, &pl);
+  struct mendPlannerViews* vs;
+  struct viewNode* node = NULL;
+  struct mendPlanView* base = NULL;
+  ncclResult_t res = plannerViews(comm, &pl, &vs);
+  if (res == ncclSuccess) res = MENDCALLOC(node, 1);
+  if (res == ncclSuccess) res = mendPlanViewCopy(view, view->epoch, view->fromOp, &base);
+  if (res == ncclSuccess) base->hash = view->hash;
   if (res != ncclSuccess) {
+    free(node);
     mendPlanViewFree(view);
     return res;
   }
-  pthread_mutex_lock(&viewLock);
-  if (pl->view == NULL) {
+  pthread_mutex_lock(&vs->lock);
+  int inForce = pl->view == NULL;
+  if (inForce) {
     pl->view = view;
+    if (vs->base == NULL) vs->base = base, base = NULL;
   } else {
-    mendPlanViewFree(pl->nextView);
-    pl->nextView = view;
+    addPending(vs, view, 0, node), node = NULL;
   }
-  pthread_mutex_unlock(&viewLock);
+  pthread_mutex_unlock(&vs->lock);
+  free(node);
+  mendPlanViewFree(base);
   INFO(NCCL_TUNING | NCCL_INIT, "Rank %d: plan view epoch %u from op %llu (%d channels, hash %016llx)%s", comm->rank,
        view->epoch, (unsigned long long)view->fromOp, view->nChannels, (unsigned long long)view->hash,
-       pl->view == view ? "" : ", pending");
+       inForce ? "" : ", pending");
+  return ncclSuccess;
+}
+
+ncclResult_t mendPlannerHold(struct ncclComm* comm, uint32_t round, uint64_t* nextOp) {
+  struct mendPlanner* pl;
+  struct mendPlannerViews* vs;
+  MENDCHECK(plannerViews(comm, &pl, &vs));
+  pthread_mutex_lock(&vs->lock);
+  if (!atomic_load(&vs->holdOpen)) {
+    /* Open the hold, then read how far planning got: the planning thread publishes nextOp before it
+     * looks at holdOpen, so either we see its op or it sees the hold (both sequentially consistent). */
+    atomic_store(&vs->holdOpen, 1);
+    vs->holdFrom = atomic_load(&vs->nextOp);
+    vs->holdSinceMs = mendTimeMs();
+  }
+  vs->holdRound = round;
+  *nextOp = vs->holdFrom;
+  pthread_mutex_unlock(&vs->lock);
+  INFO(MEND_RESIL | NCCL_TUNING, "Rank %d: agreement round %u: planning held from op %llu", comm->rank, round,
+       (unsigned long long)*nextOp);
+  return ncclSuccess;
+}
+
+ncclResult_t mendPlannerCommit(struct ncclComm* comm, uint32_t round, uint64_t fromOp, const struct mendViewHealth* h,
+                               int64_t changeMs) {
+  struct mendPlanner* pl;
+  struct mendPlannerViews* vs;
+  MENDCHECK(plannerViews(comm, &pl, &vs));
+  pthread_mutex_lock(&vs->lock);
+  const struct mendPlanView* base = vs->base; /* set once, freed with the planner */
+  pthread_mutex_unlock(&vs->lock);
+  struct mendPlanView* v = NULL;
+  struct viewNode* node = NULL;
+  ncclResult_t res = ncclSuccess;
+  if (base == NULL) {
+    WARN("Rank %d: agreement round %u: no base plan view to derive the new view from", comm->rank, round);
+    res = ncclInternalError;
+  }
+  if (res == ncclSuccess) res = MENDCALLOC(node, 1);
+  if (res == ncclSuccess) res = mendReplanDerive(base, h, round, fromOp, &v);
+  pthread_mutex_lock(&vs->lock);
+  if (res == ncclSuccess) {
+    addPending(vs, v, changeMs, node), node = NULL;
+  } else if (fromOp < vs->brokenFrom) {
+    vs->brokenFrom = fromOp, vs->brokenRound = round;
+    updatePendingFrom(vs);
+  }
+  if (atomic_load(&vs->holdOpen) && vs->holdRound == round) {
+    atomic_store(&vs->holdOpen, 0);
+    pthread_cond_broadcast(&vs->cond);
+  }
+  pthread_mutex_unlock(&vs->lock);
+  free(node);
+  if (res != ncclSuccess) {
+    WARN("Rank %d: agreement round %u: the plan view for ops from %llu could not be made (error %d): those ops fail",
+         comm->rank, round, (unsigned long long)fromOp, res);
+    return res;
+  }
+  INFO(MEND_RESIL | NCCL_TUNING, "Rank %d: plan view epoch %u agreed from op %llu (hash %016llx, %d NIC(s) not up at "
+       "line rate), pending", comm->rank, v->epoch, (unsigned long long)fromOp, (unsigned long long)v->hash, h->nNics);
+  return ncclSuccess;
+}
+
+/* Wait while a hold covers opCount (lock held): until the round commits, the bound, or an abort. */
+static ncclResult_t waitHold(struct ncclComm* comm, struct mendPlannerViews* vs, uint64_t opCount) {
+  int64_t bound = mendParamAgreeTimeout();
+  while (atomic_load(&vs->holdOpen) && opCount >= vs->holdFrom) {
+    int64_t now = mendTimeMs(), left = vs->holdSinceMs + bound - now;
+    if (mendCommAborted(comm)) return ncclInternalError;
+    if (left <= 0) {
+      WARN("Rank %d: op %llu held by plan-view agreement round %u (ops from %llu) for %lld ms with no commit "
+           "(MEND_AGREE_TIMEOUT): the op fails rather than risk a plan other ranks do not run", comm->rank,
+           (unsigned long long)opCount, vs->holdRound, (unsigned long long)vs->holdFrom,
+           (long long)(now - vs->holdSinceMs));
+      return ncclRemoteError;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ms = left < 100 ? left : 100; /* slices: the abort flag is looked at */
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += (time_t)(ms / 1000) + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&vs->cond, &vs->lock, &ts);
+  }
+  return ncclSuccess;
+}
+
+/* The slow path of mendPlannerViewAt: a hold, a pending view due, or a broken commit. */
+static ncclResult_t viewAtLocked(struct ncclComm* comm, struct mendPlanner* pl, struct mendPlannerViews* vs,
+                                 uint64_t opCount) {
+  MENDCHECK(waitHold(comm, vs, opCount));
+  while (vs->pending && opCount >= vs->pending->view->fromOp) {
+    struct viewNode* n = vs->pending;
+    vs->pending = n->next;
+    /* Programs copy what they read from a view, so the old one is not referenced any more. */
+    mendPlanViewFree(pl->view);
+    pl->view = n->view;
+    int64_t now = mendTimeMs();
+    if (n->changeMs > 0)
+      INFO(MEND_RESIL | NCCL_TUNING, "Rank %d: plan view epoch %u in force from op %llu (hash %016llx), %lld ms after "
+           "the health change (t=%lld ms)", comm->rank, pl->view->epoch, (unsigned long long)opCount,
+           (unsigned long long)pl->view->hash, (long long)(now - n->changeMs), (long long)now);
+    else
+      INFO(NCCL_TUNING, "Rank %d: plan view epoch %u in force from op %llu (hash %016llx)", comm->rank, pl->view->epoch,
+           (unsigned long long)opCount, (unsigned long long)pl->view->hash);
+    free(n);
+  }
+  updatePendingFrom(vs);
+  if (opCount >= vs->brokenFrom) {
+    WARN("Rank %d: op %llu: the plan view of agreement round %u (from op %llu) could not be made on this rank",
+         comm->rank, (unsigned long long)opCount, vs->brokenRound, (unsigned long long)vs->brokenFrom);
+    return ncclInternalError;
+  }
   return ncclSuccess;
 }
 
@@ -191,30 +407,35 @@ void mendPlannerEpochs(struct ncclComm* comm, int64_t* inForce, int64_t* pending
   /* The planner is made by the first operation, on the thread that issues it. */
   struct mendPlanner* pl = comm ? __atomic_load_n(&comm->planner, __ATOMIC_ACQUIRE) : NULL;
   if (!pl) return;
-  pthread_mutex_lock(&viewLock);
+  struct mendPlannerViews* vs = __atomic_load_n(&pl->views, __ATOMIC_ACQUIRE);
+  if (!vs) return; /* no view yet */
+  /* pl->view changes under vs->lock only (the planning thread adopting, or the first view set). */
+  pthread_mutex_lock(&vs->lock);
   if (pl->view) *inForce = pl->view->epoch;
-  if (pl->nextView) *pending = pl->nextView->epoch;
-  pthread_mutex_unlock(&viewLock);
+  struct viewNode* last = vs->pending;
+  while (last && last->next) last = last->next;
+  if (last) *pending = last->view->epoch;
+  pthread_mutex_unlock(&vs->lock);
 }
 
 ncclResult_t mendPlannerViewAt(struct ncclComm* comm, uint64_t opCount, const struct mendPlanView** out) {
   struct mendPlanner* pl;
-  MENDCHECK(mendPlannerGet(comm, &pl));
+  struct mendPlannerViews* vs;
+  MENDCHECK(plannerViews(comm, &pl, &vs));
   if (pl->view == NULL) {
     struct mendPlanView* v;
     MENDCHECK(mendPlanViewFromChannels(comm, &v));
     MENDCHECK(mendPlannerSetView(comm, v));
   }
-  pthread_mutex_lock(&viewLock);
-  if (pl->nextView && opCount >= pl->nextView->fromOp) {
-    /* Programs copy what they read from a view, so the old one is not referenced any more. */
-    mendPlanViewFree(pl->view);
-    pl->view = pl->nextView;
-    pl->nextView = NULL;
-    INFO(NCCL_TUNING, "Rank %d: plan view epoch %u in force from op %llu (hash %016llx)", comm->rank, pl->view->epoch,
-         (unsigned long long)opCount, (unsigned long long)pl->view->hash);
+  /* Publish how far planning got, then look for a hold (see mendPlannerHold). */
+  if (opCount + 1 > atomic_load_explicit(&vs->nextOp, memory_order_relaxed)) atomic_store(&vs->nextOp, opCount + 1);
+  if (!atomic_load(&vs->holdOpen) && opCount < atomic_load(&vs->pendingFrom)) {
+    *out = pl->view;
+    return ncclSuccess;
   }
+  pthread_mutex_lock(&vs->lock);
+  ncclResult_t res = viewAtLocked(comm, pl, vs, opCount);
+  pthread_mutex_unlock(&vs->lock);
   *out = pl->view;
-  pthread_mutex_unlock(&viewLock);
-  return ncclSuccess;
+  return res;
 }

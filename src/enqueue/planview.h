@@ -103,8 +103,9 @@ ncclResult_t mendReplanDerive(const struct mendPlanView* base, const struct mend
                               uint64_t fromOp, struct mendPlanView** view);
 
 /* ---- the planner's ownership (planview.c) ---- */
-/* Hand `view` (sealed) to the planner of comm: in force at once when the planner has none, else from
- * view->fromOp on (an earlier pending view is dropped).  The planner frees it. */
+/* Hand `view` (sealed) to the planner of comm: in force at once when the planner has none (and kept
+ * as the base view agreements derive from), else pending from view->fromOp on (pending views from
+ * the same op or later are dropped; earlier ones stay).  The planner frees it. */
 ncclResult_t mendPlannerSetView(struct ncclComm* comm, struct mendPlanView* view);
 /* The view in force for op `opCount`: adopts the pending view when opCount reached its fromOp;
  * makes one from comm->channels when none was set. */
@@ -112,6 +113,21 @@ ncclResult_t mendPlannerViewAt(struct ncclComm* comm, uint64_t opCount, const st
 /* Epochs of the view in force and of the pending one (-1: none), for observers on any thread (the
  * monitor); changes nothing. */
 void mendPlannerEpochs(struct ncclComm* comm, int64_t* inForce, int64_t* pending);
+
+/* ---- agreement on a new view (resilience/agree.c drives these; planview.c) ---- */
+struct mendPlanner;
+/* Hold planning for agreement round `round`: *nextOp gets the first op this planner has not planned,
+ * and every op from it on waits (mendPlannerViewAt) until the round commits, at most
+ * MEND_AGREE_TIMEOUT ms, then fails.  Atomic with the planning thread; idempotent per round. */
+ncclResult_t mendPlannerHold(struct ncclComm* comm, uint32_t round, uint64_t* nextOp);
+/* Commit round `round`: the view derived from the base (epoch 0) view and picture h as version
+ * (round, fromOp) is installed pending from fromOp and the hold released.  When it cannot be
+ * derived, ops from fromOp on fail (a rank never runs another plan than its peers).  changeMs: the
+ * health change's time (mendTimeMs clock), for the log. */
+ncclResult_t mendPlannerCommit(struct ncclComm* comm, uint32_t round, uint64_t fromOp, const struct mendViewHealth* h,
+                               int64_t changeMs);
+/* Free the planner's views (in force, base, pending) and its agreement state. */
+void mendPlannerViewsFree(struct mendPlanner* pl);
 
 #ifdef __cplusplus
 }

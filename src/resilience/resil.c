@@ -65,6 +65,12 @@ void mendResilSendNotice(struct mendResil* r, int peer, const struct rnetNotice*
   mendResilQueue(r, peer, &m);
 }
 
+/* The agreement's way out: the out queue (agree.h). */
+static void agreeSend(void* ctx, int peer, const struct mendAgreeMsg* am) {
+  struct resilMsg m = { .magic = RESIL_MSG_MAGIC, .type = RESIL_MSG_AGREE, .u.agree = *am };
+  mendResilQueue(ctx, peer, &m);
+}
+
 /* Remember a sent notice until its ACK (outLock held). */
 static void trackUnacked(struct mendResil* r, const struct resilOut* o) {
   struct resilUnacked* u = malloc(sizeof(*u));
@@ -238,6 +244,7 @@ static void* serviceMain(void* arg) {
     mendResilLinkRead(r);
     mendResilProbeStep(r);
     mendResilTrackScan(r);
+    mendAgreeTick(r->agree, mendTimeMs());
     if (r->comm) flushOut(r);
     worked = housekeep(r);
     if (worked) {
@@ -271,8 +278,10 @@ static void oobApply(struct mendResil* r, int from, const struct resilMsg* m) {
         char extra[40];
         snprintf(extra, sizeof(extra), "epoch=%u", m->u.health.epoch);
         mendResilEvent("health", r->rank, m->u.health.rank, m->u.health.dev, -1, mendNicStateName(m->u.health.state), extra);
+        mendResilWake(r); /* the coordinator's agreement looks at the registry */
       }
       break;
+    case RESIL_MSG_AGREE: mendAgreeOnMsg(r->agree, from, &m->u.agree, mendTimeMs()); break;
     default:
       WARN_SPARSE(1000, "NET/Resilient: rank %d: unknown out-of-band message %u from rank %d", r->rank, m->type, from);
   }
@@ -376,6 +385,9 @@ ncclResult_t mendResilCreate(struct ncclComm* comm, const mendNet_t* base, mendB
   MENDCHECKGOTO(MENDCALLOC(r->peerHost, r->nRanks), res, fail);
   MENDCHECKGOTO(exchange(r, line), res, fail);
   MENDCHECKGOTO(mendResilLinkOpen(r), res, fail);
+  struct mendAgreeNet agreeNet = { .send = agreeSend, .ctx = r };
+  MENDCHECKGOTO(mendAgreeCreate(comm, r->rank, r->nRanks, &r->health, &agreeNet, mendParamAgreeResend(), &r->agree),
+                res, fail);
   r->evFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (r->evFd < 0) {
     WARN("NET/Resilient: eventfd failed: %m");
@@ -429,6 +441,7 @@ void mendResilFree(struct mendResil* r) {
     r->unacked = u->next;
     free(u);
   }
+  mendAgreeFree(r->agree);
   mendHealthFree(&r->health);
   pthread_mutex_destroy(&r->lock);
   pthread_mutex_destroy(&r->outLock);

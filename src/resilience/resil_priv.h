@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "misc/socket.h"
+#include "resilience/agree.h"
 #include "resilience/health.h"
 #include "resilience/resil.h"
 #include "resilience/rnet.h"
@@ -25,7 +26,8 @@ enum resilMsgType {
   RESIL_MSG_ACK,          /* the notice numbered `seq` was applied */
   RESIL_MSG_LOC_REQ,      /* please probe these NICs and answer (three-point localization) */
   RESIL_MSG_LOC_RESP,     /* the answer */
-  RESIL_MSG_HEALTH        /* a NIC's new state, for every rank's registry */
+  RESIL_MSG_HEALTH,       /* a NIC's new state, for every rank's registry */
+  RESIL_MSG_AGREE         /* plan-view agreement (agree.h) */
 };
 
 struct resilLoc {
@@ -44,6 +46,7 @@ struct resilMsg {
     struct rnetNotice notice;     /* RESIL_MSG_NOTICE */
     struct resilLoc loc;          /* RESIL_MSG_LOC_* */
     struct mendHealthUpdate health; /* RESIL_MSG_HEALTH */
+    struct mendAgreeMsg agree;    /* RESIL_MSG_AGREE */
   } u;
 };
 
@@ -154,6 +157,7 @@ struct mendResil {
   int64_t lastScanMs;             /* last fail-back scan */
   int64_t lastLocMs[RESIL_MAX_DEVS]; /* last localization started per local device (one per fault) */
   struct mendHealth health;       /* the registry */
+  struct mendAgree* agree;        /* plan-view agreement over the registry (NULL in unit tests) */
 };
 
 /* ---- resil.c ---- */
