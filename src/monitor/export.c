@@ -153,6 +153,7 @@ static ncclResult_t gatherConn(struct monRows* rows, struct mendMonComm* mc, str
   label(row, "peer", "%d", m->peer);
   label(row, "channel", "%d", m->channel);
   label(row, "dir", "%s", m->dir == MEND_SEND ? "send" : "recv");
+  label(row, "use", "%s", m->connIndex == MEND_CONN_P2P ? "p2p" : "coll");
   label(row, "nic", "%d", m->dev);
   windowValues(row, &m->win, now);
   uint64_t posted = atomic_load_explicit(&m->posted, memory_order_relaxed);

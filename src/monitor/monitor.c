@@ -236,6 +236,7 @@ ncclResult_t mendMonitorConnAdd(struct ncclComm* comm, const struct mendConnecto
   m->channel = conn->channel;
   m->peer = conn->peer;
   m->dir = conn->dir;
+  m->connIndex = conn->connIndex;
   m->dev = dev;
   m->activeDev = dev;
   atomic_store(&m->curDev, dev);

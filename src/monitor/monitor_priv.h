@@ -20,6 +20,7 @@ struct mendMonConn {
   int channel;                         /* channel index */
   int peer;                            /* remote rank */
   int dir;                             /* enum mendConnDir */
+  int connIndex;                       /* MEND_CONN_COLL or MEND_CONN_P2P */
   int dev;                             /* local NIC it started on */
   _Atomic int curDev;                  /* local NIC carrying it now (the resilient net's active path, as
                                           the last snapshot saw it; dev otherwise) */
