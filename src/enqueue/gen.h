@@ -43,6 +43,15 @@ ncclResult_t mendGenTreeAllReduce(int up, const int* down, int nDown, struct men
  * its mirror, so most leaves of one are inner nodes of the other.  Fills positions (-1: none). */
 void mendTreeDoubleBinary(int nRanks, int pos, int which, int* up, int down[2]);
 
+/* R2 AllReduce, one partial level (gen_r2.c): the part the `inner` ranks (k, sub-ring order) reduce
+ * in a ring while the `outer` ranks (d, chain order; 1 <= d <= k x MEND_R2_MAX_FANOUT) work on the
+ * global ring, then the outer ranks' inputs join through a chain and the result comes back to them.
+ * For rank `me`: an inner rank gets 1 program (ring, then chain), an outer rank 2 (its input going
+ * in, the result coming back; they must be separate works).  The global part is mendGenRing. */
+#define MEND_R2_MAX_FANOUT 4 /* outer ranks one inner rank hands the result to */
+ncclResult_t mendGenR2Level(int k, const int* inner, int d, const int* outer, int me, struct mendProgram* progs[2],
+                            int* nProgs);
+
 /* Direct P2P (gen_p2p.c): send the SEND buffer to peer / receive the RECV buffer from peer,
  * chunk by chunk on the P2P connectors; a local copy SEND -> RECV with the given step flags. */
 ncclResult_t mendGenP2pSend(int peer, struct mendProgram** prog);

@@ -311,6 +311,7 @@ static ncclResult_t planOp(struct mendPlan* plan, struct mendPlanner* pl, const 
   case MEND_FUNC_RECV:
     if (op->root == plan->comm->rank) return ncclSuccess;
     return mendPlanAddXfer(plan, i, op->root, MEND_RECV, op->recvbuff, bytes);
+  case MEND_FUNC_ALLREDUCE: return op->count ? mendPlanAllReduce(plan, pl, op, i, planColl) : ncclSuccess;
   case MEND_FUNC_ALLTOALL: return mendPlanAlltoAll(plan, op, i);
   case MEND_FUNC_GATHER: return mendPlanGather(plan, op, i);
   case MEND_FUNC_SCATTER: return mendPlanScatter(plan, op, i);

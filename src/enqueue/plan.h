@@ -135,6 +135,14 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
 /* Estimated time of a direct transfer of nBytes to `peer`. */
 double mendTuneP2pUs(struct ncclComm* comm, struct mendPlanner* pl, size_t nBytes);
 
+/* ---- plan_r2.c ---- */
+/* An AllReduce: the per-call choice (mendTuneAllReduce) between `coll`, the ring/tree plan (backup
+ * or Balance, under the view's weights), and R2 / recursive R2, whose works it adds itself. */
+typedef ncclResult_t (*mendPlanCollFn)(struct mendPlan* plan, struct mendPlanner* pl, const struct mendOp* op,
+                                       int opIndex);
+ncclResult_t mendPlanAllReduce(struct mendPlan* plan, struct mendPlanner* pl, const struct mendOp* op, int opIndex,
+                               mendPlanCollFn coll);
+
 #ifdef __cplusplus
 }
 #endif

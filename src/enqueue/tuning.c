@@ -10,16 +10,25 @@
  *   AllGather / ReduceScatter  n-1 hops, (n-1)/n x S;   Broadcast / Reduce  n-1 hops, S
  * Every input is the same on every rank (rank count, comm-wide slowest transport, sizes,
  * parameters), so every rank makes the same choice.  A tuner plugin may rewrite the cost table.
+ *
+ * AllReduce under a degraded plan view (some rank's capacity below 1000 permille) first goes
+ * through mendTuneAllReduce: the model's times of backup (the ring/tree plan with the slowest
+ * rank's busiest NIC carrying its lost NICs' channels), Balance (the ring/tree plan at the slowest
+ * rank's capacity: the weights spread its traffic over its usable NICs), R2 and recursive R2
+ * (tuning_r2.c); the least wins unless MEND_REPLAN forces one.  Backup and Balance then plan as
+ * any collective (mendTuneColl, where the tuner plugin is asked); R2 plans are built by plan_r2.c.
  */
 #include "enqueue/tuning.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <strings.h>
 #include <string.h>
 
 #include "checks.h"
 #include "comm.h"
 #include "enqueue/plan.h"
+#include "enqueue/planview.h"
 #include "graph/graph.h"
 #include "misc/param.h"
 #include "plugin/tuner_plugin.h"
@@ -270,4 +279,128 @@ double mendTuneP2pUs(struct ncclComm* comm, struct mendPlanner* pl, size_t nByte
   struct mendCostIn in = {.func = MEND_FUNC_SEND, .nBytes = nBytes, .nRanks = comm->nRanks,
                           .kind = worstKind(comm, pl), .nChannels = 1, .netGBs = netGBs(comm)};
   return mendTuneCostUs(&in, MEND_ALGO_P2P);
+}
+
+/* ---- AllReduce under a degraded plan view: backup, Balance, R2 or recursive R2 ---- */
+
+static const char* replanNames[MEND_NREPLANS] = {"auto", "backup", "balance", "r2", "recursive"};
+
+const char* mendReplanName(int r) { return r >= 0 && r < MEND_NREPLANS ? replanNames[r] : "unknown"; }
+
+int mendReplanParam(void) {
+  const char* s = mendParamReplan();
+  if (s == NULL || *s == '\0') return MEND_REPLAN_AUTO;
+  for (int r = 0; r < MEND_NREPLANS; r++) {
+    if (strcasecmp(s, replanNames[r]) == 0) return r;
+  }
+  WARN_ONCE("MEND_REPLAN=%s is not one of auto, backup, balance, r2, recursive; using auto", s);
+  return MEND_REPLAN_AUTO;
+}
+
+static int capOf(const struct mendPlanView* v, int r) {
+  int c = v->rankCap[r];
+  return c < 1 ? 1 : (c > 1000 ? 1000 : c);
+}
+
+/* Share of its line rate the busiest NIC of rank r gives a plan that ignores capacities: the
+ * channels of its lost NICs ride the nearest usable NIC, which then carries 1 + lost shares. */
+static double backupRate(const struct mendPlanView* v, int r) {
+  double cap = capOf(v, r) / 1000.0;
+  uint32_t m = v->rankNics[r];
+  int u = 0;
+  for (uint32_t x = m; x; x &= x - 1) u++;
+  if (cap >= 1.0 || m == ~0u || u == 0) return cap;
+  int all = (int)(u / cap + 0.5);
+  double f = 1.0 / (all > u ? all - u + 1 : 1);
+  return f < cap ? f : cap;
+}
+
+static void logChoice(const struct mendReplanChoice* c, size_t nBytes, int forced) {
+  char lv[256] = "";
+  size_t at = 0;
+  for (int l = 0; c->replan >= MEND_REPLAN_R2 && l < c->split.nLevels && at < sizeof(lv); l++) {
+    const struct mendR2Level* v = c->split.lv + l;
+    char who[32] = "all";
+    if (l) snprintf(who, sizeof(who), "cap>=%d", v->minCap);
+    at += (size_t)snprintf(lv + at, sizeof(lv) - at, "%s%s: %d ranks, share %.3f at %d permille", l ? "; " : " [", who,
+                           v->nMembers, v->share, v->rate);
+  }
+  if (at && at < sizeof(lv)) snprintf(lv + at, sizeof(lv) - at, "]");
+  INFO(NCCL_TUNING, "AllReduce: %zu Bytes -> replan %s%s time %.2f us (backup %.2f, balance %.2f, r2 %.2f, recursive %.2f)%s",
+       nBytes, mendReplanName(c->replan), lv, c->estUs, c->costUs[MEND_REPLAN_BACKUP], c->costUs[MEND_REPLAN_BALANCE],
+       c->costUs[MEND_REPLAN_R2], c->costUs[MEND_REPLAN_RECURSIVE], forced ? " [MEND_REPLAN]" : "");
+}
+
+/* Channels and chunk of an R2 plan: at least one channel per level with data where the
+ * communicator has them, chunks that keep the chains pipelined (as for trees). */
+static void r2Shape(struct ncclComm* comm, size_t nBytes, int nCh, struct mendReplanChoice* c) {
+  int levels = 0;
+  for (int l = 0; l < c->split.nLevels; l++) levels += c->split.lv[l].share > 0;
+  int64_t maxC = mendParamMaxNchannels();
+  int want = levels < comm->nChannels ? levels : comm->nChannels;
+  if (maxC > 0 && want > maxC) want = (int)maxC;
+  c->nChannels = nCh > want ? nCh : want;
+  int64_t forced = mendParamChunksize();
+  size_t slot = (size_t)(mendParamBuffsize() > 0 ? mendParamBuffsize() : 4194304) / MEND_FIFO_SLOTS;
+  size_t chunk = nBytes / (size_t)c->nChannels / 8;
+  if (chunk < (64u << 10)) chunk = 64u << 10;
+  c->chunkBytes = forced > 0 ? (size_t)forced : (chunk < slot ? chunk : slot);
+}
+
+ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, const struct mendPlanView* view,
+                               size_t nBytes, struct mendReplanChoice* c) {
+  memset(c, 0, sizeof(*c));
+  for (int r = 0; r < MEND_NREPLANS; r++) c->costUs[r] = -1;
+  int forced = mendReplanParam(), n = comm->nRanks, degraded = 0;
+  for (int r = 0; view != NULL && view->rankCap != NULL && r < n && r < view->nRanks; r++) degraded |= view->rankCap[r] != 1000;
+  c->replan = forced == MEND_REPLAN_BACKUP ? MEND_REPLAN_BACKUP : MEND_REPLAN_BALANCE;
+  if (n <= 1 || view == NULL || view->nRanks != n || (!degraded && forced <= MEND_REPLAN_BALANCE)) return ncclSuccess;
+  if (!pl->masksParsed) parseMasks(pl);
+  int kind = worstKind(comm, pl), nCh = channelsFor(comm, nBytes, kind);
+  struct mendCostIn in = {.func = MEND_FUNC_ALLREDUCE, .nBytes = nBytes, .nRanks = n, .kind = kind, .nChannels = nCh};
+  struct mendCostIn in0 = in;
+  in0.nBytes = 0;
+  uint32_t algos = pl->algoMask[MEND_FUNC_ALLREDUCE];
+  if (!(algos & ((1u << MEND_ALGO_RING) | (1u << MEND_ALGO_TREE)))) algos = 1u << MEND_ALGO_RING;
+  double cmin = 1.0, bmin = 1.0;
+  for (int r = 0; r < n; r++) {
+    if (capOf(view, r) / 1000.0 < cmin) cmin = capOf(view, r) / 1000.0;
+    if (backupRate(view, r) < bmin) bmin = backupRate(view, r);
+  }
+  for (int a = 0; a < 2; a++) {
+    if (!(algos & (1u << a))) continue;
+    double full = mendTuneCostUs(&in, a), lat = mendTuneCostUs(&in0, a);
+    double bal = lat + (full - lat) / cmin, bak = lat + (full - lat) / bmin;
+    if (c->costUs[MEND_REPLAN_BALANCE] < 0 || bal < c->costUs[MEND_REPLAN_BALANCE]) c->costUs[MEND_REPLAN_BALANCE] = bal;
+    if (c->costUs[MEND_REPLAN_BACKUP] < 0 || bak < c->costUs[MEND_REPLAN_BACKUP]) c->costUs[MEND_REPLAN_BACKUP] = bak;
+  }
+  /* R2 levels are rings: only where Ring is allowed.  The NIC line rate stays out (it is this
+   * host's, and the choice must be every rank's). */
+  const struct kindCost* k = kindCosts + (kind < 0 || kind > 2 ? MEND_TRANSPORT_NET : kind);
+  double bw = nCh * k->bwChannel < k->bwMax ? nCh * k->bwChannel : k->bwMax;
+  struct mendR2ModelIn m = {.nRanks = n, .rankCap = view->rankCap, .nBytes = (double)nBytes, .alphaUs = k->alphaUs,
+                            .bytesPerUs = bw * 1e3};
+  struct mendR2Split r2, rec;
+  int ringOk = (algos >> MEND_ALGO_RING) & 1;
+  int r2Ok = ringOk && mendR2BestSplit(&m, 1, 1, &r2);
+  int recOk = ringOk && mendR2BestSplit(&m, 2, MEND_R2_MAX_LEVELS - 1, &rec);
+  if (r2Ok) c->costUs[MEND_REPLAN_R2] = r2.estUs;
+  if (recOk) c->costUs[MEND_REPLAN_RECURSIVE] = rec.estUs;
+  int pick = forced;
+  if (forced == MEND_REPLAN_AUTO) {
+    pick = MEND_REPLAN_BALANCE;
+    if (r2Ok && r2.estUs < c->costUs[pick]) pick = MEND_REPLAN_R2;
+    if (recOk && rec.estUs < c->costUs[pick]) pick = MEND_REPLAN_RECURSIVE;
+  } else if ((forced == MEND_REPLAN_RECURSIVE && !recOk) || (forced == MEND_REPLAN_R2 && !r2Ok)) {
+    pick = r2Ok ? MEND_REPLAN_R2 : MEND_REPLAN_BALANCE;
+    INFO_ONCE(NCCL_TUNING | NCCL_ENV, "MEND_REPLAN=%s: the plan view has no capacities it applies to; using %s",
+              mendReplanName(forced), mendReplanName(pick));
+  }
+  c->replan = pick;
+  c->estUs = c->costUs[pick];
+  if (pick == MEND_REPLAN_R2) c->split = r2;
+  if (pick == MEND_REPLAN_RECURSIVE) c->split = rec;
+  if (pick >= MEND_REPLAN_R2) r2Shape(comm, nBytes, nCh, c);
+  logChoice(c, nBytes, forced != MEND_REPLAN_AUTO);
+  return ncclSuccess;
 }

@@ -50,6 +50,80 @@ int mendTuneChannels(size_t nBytes, int kind);
 /* Chunk for an op on one channel, given the FIFO slot size (before MEND_CHUNKSIZE). */
 size_t mendTuneChunk(int func, int algo, size_t bytesPerChannel, int nRanks, size_t slotBytes);
 
+/* ---- re-planned AllReduce: R2 and its recursive form (tuning_r2.c, choice in tuning.c) ---- */
+
+/* The AllReduce schedules the per-call choice picks from (MEND_REPLAN names them). */
+enum mendReplan {
+  MEND_REPLAN_AUTO = 0,      /* the cost model picks per call (the default) */
+  MEND_REPLAN_BACKUP = 1,    /* today's ring/tree plan on hot repair's backup paths, capacities ignored */
+  MEND_REPLAN_BALANCE = 2,   /* the ring/tree plan under the view's channel weights */
+  MEND_REPLAN_R2 = 3,        /* R2 AllReduce: the global ring plus one partial level */
+  MEND_REPLAN_RECURSIVE = 4, /* the global ring plus 2..MEND_R2_MAX_LEVELS-1 partial levels */
+  MEND_NREPLANS = 5          /* size of name tables */
+};
+const char* mendReplanName(int replan);
+/* MEND_REPLAN as an enum mendReplan (case-insensitive); an unknown value WARNs once and gives auto. */
+int mendReplanParam(void);
+
+#define MEND_R2_MAX_LEVELS 4      /* the global ring plus at most 3 partial levels */
+#define MEND_R2_MAX_CANDIDATES 8  /* capacity thresholds the search tries (the largest steps) */
+
+/* One level of the decomposition: a ring over its members reduces its share of the vector. */
+struct mendR2Level {
+  int minCap;   /* members: the ranks whose capacity is >= minCap permille (level 0: every rank) */
+  int nMembers; /* how many ranks that is */
+  int rate;     /* permille of the line rate its ring runs at: the members' incremental capacity,
+                   minCap minus the level below's minCap (level 0: the slowest rank's capacity) */
+  double share; /* fraction of the vector (the levels' shares add up to 1) */
+};
+
+struct mendR2Split {
+  int nLevels;                              /* levels (1: the plain ring, no partial level) */
+  struct mendR2Level lv[MEND_R2_MAX_LEVELS]; /* level 0 is the global ring */
+  double estUs;                             /* the model's time */
+};
+
+/* What the R2 model reads; the same on every rank. */
+struct mendR2ModelIn {
+  int nRanks;         /* ranks */
+  const int* rankCap; /* per rank, permille of its line rate (the plan view's rankCap) */
+  double nBytes;      /* bytes of the AllReduce */
+  double alphaUs;     /* cost of one hop */
+  double bytesPerUs;  /* a healthy rank's bandwidth */
+};
+/* The model's time for a split: R2CCL's T = max(T1, T2) + T3 generalized to levels that use
+ * disjoint slices of their members' bandwidth: the longest ring (2(k-1) alpha + 2(k-1)/k x share x
+ * S / (rate x bw)) plus the longest chain (n alpha + share x S / (rate x bw), the paper's T3 = YD/(XB)). */
+double mendR2CostUs(const struct mendR2ModelIn* in, const struct mendR2Split* split);
+/* The split with minPartial..maxPartial partial levels of least modelled time: levels are subsets
+ * of the distinct capacities above the slowest one (at most MEND_R2_MAX_CANDIDATES of them, those
+ * with the largest steps), each with the shares that minimise its time (for one level, the paper's
+ * Y* = aX / (aX + b(1-X))).  A level needs 1 <= outer ranks <= MEND_R2_MAX_FANOUT x members.
+ * Returns 0 (and the 1-level split, the plain ring) when no set applies. */
+int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxPartial, struct mendR2Split* out);
+/* R2CCL's threshold: with one degraded rank of N, R2 beats the ring when the lost fraction X of its
+ * bandwidth exceeds N / (3N - 2) (the paper's ng / (3ng - 2), appendix A). */
+double mendR2PaperThreshold(int nRanks);
+
+/* The choice for one AllReduce (mendTuneAllReduce). */
+struct mendReplanChoice {
+  int replan;                          /* what runs: BACKUP, BALANCE, R2 or RECURSIVE (never AUTO) */
+  struct mendR2Split split;            /* R2 / RECURSIVE: the levels and their shares */
+  int nChannels;                       /* R2 / RECURSIVE: channels, at least one per level where they exist */
+  size_t chunkBytes;                   /* R2 / RECURSIVE: pipeline chunk */
+  double estUs;                        /* the model's time of what runs */
+  double costUs[MEND_NREPLANS];        /* the model's time per schedule, -1 where it cannot run */
+};
+struct ncclComm;
+struct mendPlanner;
+struct mendPlanView;
+/* Which AllReduce schedule runs under `view` for nBytes: every input is shared (sizes, rank count,
+ * the comm-wide transport kind, the view's capacities, parameters), so every rank picks alike.
+ * Logs the choice and the estimates (NCCL_DEBUG_SUBSYS=TUNING) whenever the view is degraded or
+ * MEND_REPLAN forces a schedule. */
+ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, const struct mendPlanView* view,
+                               size_t nBytes, struct mendReplanChoice* choice);
+
 #ifdef __cplusplus
 }
 #endif

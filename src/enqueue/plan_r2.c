@@ -1,0 +1,151 @@
+/*
+ * Planning an AllReduce: the per-call choice (mendTuneAllReduce, tuning.c) and, when it picks R2
+ * or recursive R2, the works.  Backup and Balance are the ring/tree plan of plan.c (its caller
+ * passes it in): Balance is that plan under the view's channel weights, backup the same plan under
+ * a view derived with MEND_REPLAN=backup (equal weights, hot repair's failover order).
+ *
+ * An R2 plan cuts the vector into one contiguous window per level (split.lv[l].share of it, 64-byte
+ * aligned): level 0 is the ring AllReduce over every rank (gen_ring.c); level l > 0 is a partial
+ * level of gen_r2.c over the ranks whose capacity is >= its minCap, the others joining through its
+ * chain.  Each level gets its own channels (at least one, more in proportion to its share), so the
+ * global ring and the partial rings run at once; its window is split evenly over them.  With fewer
+ * channels than levels, level i shares channel i mod nChannels: its works then wait for the
+ * earlier level's works on the connectors they share (plan order), which is still correct.
+ *
+ * Order and dependencies.  Works are added level by level, so on every rank a work can only wait
+ * for works of lower levels (connectors shared when levels share a channel), which never wait for
+ * it: no cycle.  Within a level, the partial result is read only after the partial ring made it
+ * because ring and chain are two phases of one program (gen_r2.c says why the outer ranks' two
+ * streams are separate works instead).
+ *
+ * Rank orders come from the view: a level's ring and chain follow channel c's ring with the slower
+ * ranks left out (so a re-ranked ring of the view is kept), its member list rotated by c so the
+ * rank that adds the outer ranks' sum differs between channels.
+ */
+#include "enqueue/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checks.h"
+#include "comm.h"
+#include "enqueue/planview.h"
+#include "enqueue/tuning.h"
+#include "misc/utils.h"
+
+#define R2_ALIGN_BYTES 64 /* windows start on this boundary, as plan.c's */
+
+/* Channel c's ring split into the level's members (rotated by c) and the others, in ring order. */
+static void levelRanks(const struct mendPlanView* v, int c, int minCap, int* tmp, int* inner, int* k, int* outer,
+                       int* d) {
+  int n = v->nRanks;
+  *k = *d = 0;
+  for (int i = 0; i < n; i++) {
+    int r = v->ch[c].ring[i], cap = v->rankCap[r] < 1 ? 1 : v->rankCap[r];
+    if (cap >= minCap) tmp[(*k)++] = r;
+    else outer[(*d)++] = r;
+  }
+  for (int i = 0; i < *k; i++) inner[i] = tmp[(i + c) % *k];
+}
+
+/* Windows [start[l], start[l+1]) per level and channels [first[l], first[l] + nch[l]) per level. */
+static void layout(const struct mendReplanChoice* rc, size_t count, size_t align, size_t* start, int* first, int* nch) {
+  int L = rc->split.nLevels, withData = 0;
+  double cum = 0;
+  start[0] = 0;
+  for (int l = 0; l < L; l++) {
+    cum += rc->split.lv[l].share;
+    size_t e = l == L - 1 ? count : mendAlignUp((size_t)(cum * (double)count + 0.5), align);
+    if (e > count) e = count;
+    start[l + 1] = e > start[l] ? e : start[l];
+    withData += start[l + 1] > start[l];
+  }
+  int nCh = rc->nChannels, extra = nCh - withData, at = 0, j = 0;
+  for (int l = 0; l < L; l++) nch[l] = start[l + 1] > start[l];
+  /* Channels beyond one per level go, one by one, to the level with the most data per channel. */
+  for (; extra > 0; extra--) {
+    int best = -1;
+    double most = -1;
+    for (int l = 0; l < L; l++) {
+      double per = nch[l] ? rc->split.lv[l].share / nch[l] : -1;
+      if (per > most) most = per, best = l;
+    }
+    nch[best]++;
+  }
+  for (int l = 0; l < L; l++) {
+    if (nch[l] == 0) continue;
+    first[l] = withData <= nCh ? at : j % nCh;
+    at += nch[l];
+    j++;
+  }
+}
+
+static ncclResult_t addLevelWorks(struct mendPlan* plan, int opIndex, int level,
+                                  const struct mendR2Level* lv, int c, const struct mendWorkArgs* args, int* tmp) {
+  struct ncclComm* comm = plan->comm;
+  const struct mendPlanView* v = plan->view;
+  struct mendProgram* progs[2];
+  int np = 1;
+  if (level == 0) {
+    MENDCHECK(mendGenRing(MEND_FUNC_ALLREDUCE, comm->nRanks, v->ch[c].ring, v->ch[c].ringIndex, -1, &progs[0]));
+  } else {
+    int *inner = tmp + comm->nRanks, *outer = tmp + 2 * comm->nRanks, k, d;
+    levelRanks(v, c, lv->minCap, tmp, inner, &k, outer, &d);
+    MENDCHECK(mendGenR2Level(k, inner, d, outer, comm->rank, progs, &np));
+  }
+  for (int i = 0; i < np; i++) {
+    ncclResult_t res = mendPlanAddWork(plan, opIndex, c, progs[i], args);
+    if (res != ncclSuccess) {
+      for (int j = i + 1; j < np; j++) free(progs[j]);
+      return res;
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int opIndex,
+                           const struct mendReplanChoice* rc) {
+  struct ncclComm* comm = plan->comm;
+  size_t ts = mendTypeSize(op->type), align = ts < R2_ALIGN_BYTES ? R2_ALIGN_BYTES / ts : 1;
+  size_t start[MEND_R2_MAX_LEVELS + 1];
+  int first[MEND_R2_MAX_LEVELS], nch[MEND_R2_MAX_LEVELS];
+  MENDARGCHECK(rc->split.nLevels >= 1 && rc->split.nLevels <= MEND_R2_MAX_LEVELS && rc->nChannels >= 1 &&
+                   rc->nChannels <= comm->nChannels && rc->nChannels <= plan->view->nChannels &&
+                   plan->view->nRanks == comm->nRanks,
+               ncclInternalError, "R2 AllReduce: %d levels over %d channels do not fit the plan view (%d channels)",
+               rc->split.nLevels, rc->nChannels, plan->view->nChannels);
+  layout(rc, op->count, align, start, first, nch);
+  int* tmp;
+  MENDCHECK(MENDCALLOC(tmp, 3 * (size_t)comm->nRanks));
+  size_t chunk = rc->chunkBytes / ts;
+  struct mendWorkArgs args = {
+    .buf = {NULL, (void*)op->sendbuff, op->recvbuff, NULL},
+    .chunkElems = chunk ? chunk : 1,
+    .alignElems = (uint32_t)align,
+    .typeSize = (uint32_t)ts,
+    .redop = op->redop,
+  };
+  ncclResult_t res = ncclSuccess;
+  for (int l = 0; l < rc->split.nLevels && res == ncclSuccess; l++) {
+    size_t cnt = start[l + 1] - start[l];
+    if (cnt == 0) continue;
+    size_t part = mendAlignUp(mendDivUp(cnt, (size_t)nch[l]), align);
+    for (int i = 0; i < nch[l] && (size_t)i * part < cnt && res == ncclSuccess; i++) {
+      args.offset = start[l] + (size_t)i * part;
+      args.count = cnt - (size_t)i * part < part ? cnt - (size_t)i * part : part;
+      int c = (first[l] + i) % rc->nChannels;
+      res = addLevelWorks(plan, opIndex, l, rc->split.lv + l, c, &args, tmp);
+    }
+  }
+  free(tmp);
+  return res;
+}
+
+ncclResult_t mendPlanAllReduce(struct mendPlan* plan, struct mendPlanner* pl, const struct mendOp* op, int opIndex,
+                               mendPlanCollFn coll) {
+  struct mendReplanChoice rc;
+  MENDCHECK(mendTuneAllReduce(plan->comm, pl, plan->view, op->count * mendTypeSize(op->type), &rc));
+  if (rc.replan < MEND_REPLAN_R2) return coll(plan, pl, op, opIndex);
+  plan->estUs += rc.estUs;
+  return planR2(plan, op, opIndex, &rc);
+}

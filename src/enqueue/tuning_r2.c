@@ -1,0 +1,180 @@
+/*
+ * The R2 model: how an AllReduce splits over the global ring and partial levels when ranks have
+ * different capacities (R2CCL sections 5.2 and 6, appendix A).  Pure functions of plain numbers
+ * (tests call them directly); the per-call choice that uses them is mendTuneAllReduce (tuning.c).
+ *
+ * One degraded rank that lost a fraction X of its bandwidth, N ranks, k = N - 1 healthy ones, data S
+ * at bandwidth B (the paper's, per rank instead of per server):
+ *   T1 = a (1-Y) S / ((1-X) B)   global ring over N ranks at the degraded rank's rate, a = 2(N-1)/N
+ *   T2 = b Y S / (X B)           partial ring over k ranks on the healthy ranks' spare X B, b = 2(k-1)/k
+ *   T3 = Y S / (X B)             the degraded rank's share joins (the paper's stage 2)
+ *   T(Y) = max(T1, T2) + T3
+ * T1 falls and T2 rises with Y; they meet at Y* = aX / (aX + b(1-X)).  Below Y*, T' = -a/(1-X) + 1/X,
+ * so the ring (Y = 0) is best when X <= 1/(1+a) = N/(3N-2), and Y* otherwise (appendix A).
+ *
+ * Several capacities (section 6): thresholds t0 = slowest < t1 < ... cut the ranks into nested
+ * levels (level l: the ranks with capacity >= tl).  Level l's ring runs at rate dl = tl - t(l-1),
+ * the bandwidth its members have beyond the slower levels, so the levels use disjoint slices of
+ * every member's bandwidth: all rings run at once, then all chains at once, each in its own slice:
+ *   T = max_l (a_l y_l / d_l) + max_{l>0} (y_l / d_l)        (S = B = 1, a_l = 2(k_l-1)/k_l)
+ * which is the paper's T(Y) for one level.  Minimising M1 + M2 subject to the shares fitting under
+ * the two maxima (y_0 <= M1 d_0/a_0, y_l <= d_l min(M1/a_l, M2)) is maximising the concave,
+ * piecewise linear g(t) = t d_0/a_0 + sum_l d_l min(t/a_l, 1-t) over t = M1/T; its corners are
+ * t = a_l/(1+a_l) and t = 1 (everything in the global ring: the plain ring, which the choice weighs
+ * separately as Balance), and T = 1/g.  The split takes the best corner below 1.  One level gives
+ * the paper's Y* and threshold exactly.  The search
+ * tries every set of thresholds (the depth limit MEND_R2_MAX_LEVELS: each level costs a channel, a
+ * chain through every slower rank and n hops of latency, for a slice that gets thinner each time).
+ * Per-hop latency (alpha) enters the times compared, not the shares.
+ */
+#include "enqueue/tuning.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "enqueue/gen.h"
+
+double mendR2PaperThreshold(int n) { return n < 1 ? 1.0 : (double)n / (3.0 * n - 2.0); }
+
+static double ringUs(const struct mendR2ModelIn* in, int k, double bytes, int rate) {
+  if (bytes <= 0 || k <= 1) return 0;
+  return 2.0 * (k - 1) * in->alphaUs + 2.0 * (k - 1) / k * bytes / (rate / 1000.0 * in->bytesPerUs);
+}
+
+double mendR2CostUs(const struct mendR2ModelIn* in, const struct mendR2Split* s) {
+  double rings = 0, chains = 0; /* all rings at once, then all chains at once */
+  for (int l = 0; l < s->nLevels; l++) {
+    const struct mendR2Level* v = s->lv + l;
+    double bytes = v->share * in->nBytes;
+    int rate = v->rate > 0 ? v->rate : 1;
+    double r = ringUs(in, v->nMembers, bytes, rate);
+    if (r > rings) rings = r;
+    double c = l > 0 && bytes > 0 ? in->nRanks * in->alphaUs + bytes / (rate / 1000.0 * in->bytesPerUs) : 0;
+    if (c > chains) chains = c;
+  }
+  return rings + chains;
+}
+
+static int cmpInt(const void* a, const void* b) {
+  int x = *(const int*)a, y = *(const int*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The distinct capacities above the slowest (ascending), at most MEND_R2_MAX_CANDIDATES: when there
+ * are more, those with the largest step above the next lower capacity (ties: the lower one). */
+static int candidates(const struct mendR2ModelIn* in, int* minCap, int cand[MEND_R2_MAX_CANDIDATES]) {
+  int* caps = malloc(sizeof(int) * (size_t)in->nRanks);
+  if (caps == NULL) return -1;
+  for (int r = 0; r < in->nRanks; r++) caps[r] = in->rankCap[r] < 1 ? 1 : in->rankCap[r];
+  qsort(caps, (size_t)in->nRanks, sizeof(int), cmpInt);
+  *minCap = caps[0];
+  int nd = 0;
+  for (int r = 1; r < in->nRanks; r++) {
+    if (caps[r] != caps[r - 1]) caps[nd++] = caps[r]; /* distinct values above the minimum */
+  }
+  int n = 0;
+  if (nd <= MEND_R2_MAX_CANDIDATES) {
+    for (int i = 0; i < nd; i++) cand[n++] = caps[i];
+  } else {
+    char* taken = calloc((size_t)nd, 1);
+    if (taken == NULL) {
+      free(caps);
+      return -1;
+    }
+    for (; n < MEND_R2_MAX_CANDIDATES; n++) {
+      int best = -1, bestStep = -1;
+      for (int i = 0; i < nd; i++) {
+        int step = caps[i] - (i ? caps[i - 1] : *minCap);
+        if (!taken[i] && step > bestStep) best = i, bestStep = step;
+      }
+      taken[best] = 1;
+    }
+    n = 0;
+    for (int i = 0; i < nd; i++) {
+      if (taken[i]) cand[n++] = caps[i];
+    }
+    free(taken);
+  }
+  free(caps);
+  return n;
+}
+
+static int members(const struct mendR2ModelIn* in, int minCap) {
+  int k = 0;
+  for (int r = 0; r < in->nRanks; r++) k += (in->rankCap[r] < 1 ? 1 : in->rankCap[r]) >= minCap;
+  return k;
+}
+
+/* g(t) of the file comment, for levels with rates d (fractions) and ring factors a. */
+static double gOf(const struct mendR2Split* s, const double* a, double t) {
+  double g = 0;
+  for (int l = 0; l < s->nLevels; l++) {
+    double d = s->lv[l].rate / 1000.0, ring = a[l] > 0 ? t / a[l] : 1e300;
+    g += l == 0 ? (a[0] > 0 ? d * ring : 0) : d * (ring < 1 - t ? ring : 1 - t);
+  }
+  return g;
+}
+
+/* The shares of least time for the split's levels (see the file comment). */
+static void shares(struct mendR2Split* s) {
+  double a[MEND_R2_MAX_LEVELS], bestT = 0, bestG = -1;
+  for (int l = 0; l < s->nLevels; l++) a[l] = 2.0 * (s->lv[l].nMembers - 1) / s->lv[l].nMembers;
+  for (int l = 1; l < s->nLevels; l++) {
+    double t = a[l] / (1 + a[l]), g = gOf(s, a, t);
+    if (g > bestG) bestG = g, bestT = t;
+  }
+  double T = 1 / bestG, m1 = bestT * T, m2 = (1 - bestT) * T, sum = 0;
+  for (int l = 0; l < s->nLevels; l++) {
+    double d = s->lv[l].rate / 1000.0, ring = a[l] > 0 ? m1 / a[l] : 1e300;
+    s->lv[l].share = l == 0 ? (a[0] > 0 ? d * ring : 0) : d * (ring < m2 ? ring : m2);
+    sum += s->lv[l].share;
+  }
+  for (int l = 0; l < s->nLevels; l++) s->lv[l].share /= sum;
+}
+
+/* The levels of one threshold set and their shares; 0 when the set cannot run. */
+static int levelsOf(const struct mendR2ModelIn* in, int minCap, const int* cand, unsigned set,
+                    struct mendR2Split* s) {
+  memset(s, 0, sizeof(*s));
+  s->nLevels = 1;
+  s->lv[0] = (struct mendR2Level){.minCap = 0, .nMembers = in->nRanks, .rate = minCap, .share = 1};
+  int prev = minCap;
+  for (int i = 0; set >> i; i++) {
+    if (!((set >> i) & 1)) continue;
+    int k = members(in, cand[i]), d = in->nRanks - k;
+    if (k < 1 || d < 1 || d > k * MEND_R2_MAX_FANOUT) return 0;
+    s->lv[s->nLevels++] = (struct mendR2Level){.minCap = cand[i], .nMembers = k, .rate = cand[i] - prev};
+    prev = cand[i];
+  }
+  shares(s);
+  return 1;
+}
+
+static int popcount(unsigned x) {
+  int c = 0;
+  for (; x; x &= x - 1) c++;
+  return c;
+}
+
+int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxPartial, struct mendR2Split* out) {
+  int minCap = 1000, cand[MEND_R2_MAX_CANDIDATES];
+  int nc = in->nRanks > 0 ? candidates(in, &minCap, cand) : 0;
+  memset(out, 0, sizeof(*out));
+  out->nLevels = 1;
+  out->lv[0] = (struct mendR2Level){.minCap = 0, .nMembers = in->nRanks, .rate = minCap, .share = 1};
+  out->estUs = mendR2CostUs(in, out);
+  if (maxPartial > MEND_R2_MAX_LEVELS - 1) maxPartial = MEND_R2_MAX_LEVELS - 1;
+  int found = 0;
+  for (unsigned set = 1; nc > 0 && set < (1u << nc); set++) {
+    int p = popcount(set);
+    if (p < minPartial || p > maxPartial) continue;
+    struct mendR2Split s;
+    if (!levelsOf(in, minCap, cand, set, &s)) continue;
+    s.estUs = mendR2CostUs(in, &s);
+    if (!found || s.estUs < out->estUs) {
+      *out = s;
+      found = 1;
+    }
+  }
+  return found;
+}
