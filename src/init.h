@@ -42,6 +42,9 @@ ncclResult_t mendInitDetectDevice(struct ncclComm* comm);
 /* After the bootstrap: allgather peer info, host layout (node, localRank...), commHash, transports,
  * state READY.  Used by init, split and shrink alike. */
 ncclResult_t mendInitFinish(struct ncclComm* comm);
+/* init_links.c: a bootstrap link between every pair of ranks (up to 512 ranks), so that every rank
+ * sees a lost process at once, not only the ranks its bootstrap happened to connect. */
+ncclResult_t mendInitLinkAll(struct ncclComm* comm);
 /* Mark a creation job's outcome: READY + ncclSuccess, or FAILED + the error. */
 void mendInitSetOutcome(struct ncclComm* comm, ncclResult_t res);
 

@@ -136,6 +136,7 @@ void mendInitSetOutcome(struct ncclComm* comm, ncclResult_t res) {
 
 ncclResult_t mendInitFinish(struct ncclComm* comm) {
   MENDCHECK(exchangePeerInfo(comm));
+  MENDCHECK(mendInitLinkAll(comm));
   MENDCHECK(hostLayout(comm));
   MENDCHECK(mendTransportInit(comm));
   MENDCHECK(mendGraphInstallView(comm));

@@ -211,21 +211,27 @@ static void logPeers(struct ncclComm* comm) {
 /* The bootstrap saw a peer's link end.  Its p2p and shm connectors can never move again: mark them
  * failed, so an operation waiting on one fails (the host engine looks only when nothing moved, so
  * data already in a FIFO is still used), and in device mode stop the kernels when the peer died.
- * Net connectors have their own failure detection (hot repair). */
+ * Net connectors have their own failure detection (hot repair).  A lost peer (died or aborted)
+ * breaks the communicator: every connector fails, net ones too, since ranks that wait on a survivor
+ * which already left the operation would wait forever; the application shrinks or aborts it. */
 static void peerGone(void* arg, int peer, int lost) {
   struct ncclComm* comm = arg;
   struct mendTransport* t = comm->transport;
   int marked = 0;
   pthread_mutex_lock(&t->lock);
   for (size_t i = 0; i < sizeof(t->slices) / sizeof(t->slices[0]); i++) {
-    struct mendConnector* conn = t->slices[i] ? t->slices[i][peer] : NULL;
-    if (!conn || !conn->connected || conn->kind == MEND_TRANSPORT_NET) continue;
-    int none = ncclSuccess;
-    marked += atomic_compare_exchange_strong(&conn->error, &none, (int)ncclRemoteError);
+    for (int r = lost ? 0 : peer; r < (lost ? comm->nRanks : peer + 1); r++) {
+      struct mendConnector* conn = t->slices[i] ? t->slices[i][r] : NULL;
+      if (!conn || !conn->connected || (!lost && conn->kind == MEND_TRANSPORT_NET)) continue;
+      int none = ncclSuccess;
+      marked += atomic_compare_exchange_strong(&conn->error, &none, (int)ncclRemoteError);
+    }
   }
   pthread_mutex_unlock(&t->lock);
+  if (lost) mendCommSetAsyncError(comm, ncclRemoteError);
   if (marked && lost) {
-    WARN("Rank %d: rank %d is gone (its process died or aborted): operations waiting on it fail", comm->rank, peer);
+    WARN("Rank %d: rank %d is gone (its process died or aborted): the communicator's operations fail (shrink or "
+         "abort it)", comm->rank, peer);
     if (comm->devState) {
       __atomic_store_n(&comm->devState->errPeer, peer, __ATOMIC_RELAXED);
       int32_t none = 0;
