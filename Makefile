@@ -181,6 +181,7 @@ peers: $(HEADER)
 	@$(MAKE) --no-print-directory -C benchmarks/peers BUILDDIR=$(abspath $(BUILDDIR))
 
 include makefiles/tests.mk
+include makefiles/fuzz.mk
 include makefiles/install.mk
 
 clean:

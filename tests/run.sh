@@ -34,20 +34,26 @@ run_one() { # name cmd...
 }
 
 # GoogleTest suite: count test cases from its JSON report.  run_gtest name [env assignments] -- [gtest args]
+# ($GTEST_BIN: another build of the suite, e.g. a sanitizer's.)  An exit status other than 0 with no
+# failed test counts one failure: a sanitizer (LeakSanitizer at exit) reports after the JSON is written.
 run_gtest() {
   local name=$1; shift
-  local envs=()
+  local envs=() bin=${GTEST_BIN:-$BUILDDIR/tests/unit_tests}
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  [ -x "$BUILDDIR/tests/unit_tests" ] && [[ $name =~ $FILTER ]] || return 0
+  [ -x "$bin" ] && [[ $name =~ $FILTER ]] || return 0
   local json="$LOGDIR/$name.json" start=$SECONDS rc t f d
   rm -f "$json"
-  env "${envs[@]}" timeout -k 10 "$TIMEOUT" "$BUILDDIR/tests/unit_tests" --gtest_output=json:"$json" "$@" \
+  env "${envs[@]}" timeout -k 10 "$TIMEOUT" "$bin" --gtest_output=json:"$json" "$@" \
     > "$LOGDIR/$name.log" 2>&1
   rc=$?
   if [ -f "$json" ]; then
     read -r t f d < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["tests"], j["failures"], j.get("disabled",0))' "$json")
     pass=$((pass + t - f - d)); fail=$((fail + f))
     [ "$f" -gt 0 ] && failed_names+=("$name: $(grep -E '^\[  FAILED  \] [A-Za-z]' "$LOGDIR/$name.log" | sort -u | head -10 | tr '\n' ' ')")
+    if [ "$f" -eq 0 ] && [ "$rc" -ne 0 ]; then
+      fail=$((fail + 1))
+      failed_names+=("$name (exit $rc after its tests: $(grep -m1 -E '^SUMMARY|ERROR: [A-Za-z]+Sanitizer' "$LOGDIR/$name.log"))")
+    fi
   else
     fail=$((fail + 1)); failed_names+=("$name (exit $rc, no report)")
   fi
@@ -70,6 +76,20 @@ for t in tests/integration/*.sh tests/testbed/test_*.sh; do
   [ -f "$t" ] || continue
   run_one "$(basename "$t" .sh)" bash "$t"
 done
+
+# Sanitizer passes, after the normal suite (`make test` builds them: makefiles/fuzz.mk,
+# tests/fuzz/README.md).  MEND_CI_SANITIZERS=0 skips them.
+if [ "${MEND_CI_SANITIZERS:-1}" != 0 ]; then
+  # The unit suite under ASan+UBSan, leak checking on (any report fails the run).
+  san_opts=(ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+  GTEST_BIN=${MEND_SAN_BUILDDIR:-$BUILDDIR/asan}/tests/unit_tests run_gtest unit_tests_asan "${san_opts[@]}" --
+  # Every fuzz target for MEND_FUZZ_SECONDS (default 20) each; one test per target.
+  run_one fuzz env BUILDDIR="$BUILDDIR" bash tests/fuzz/run.sh "${MEND_FUZZ_SECONDS:-20}"
+  # TSan where it was built (make tsan-tests): the suites whose threads share the most.
+  GTEST_BIN=${MEND_TSAN_BUILDDIR:-$BUILDDIR/tsan}/tests/unit_tests run_gtest unit_tests_tsan \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 -- --gtest_filter="${MEND_TSAN_FILTER:-Rnet*:Engine*:NetSocket*}"
+fi
 
 for n in "${failed_names[@]}"; do echo "FAILED: $n"; done
 [ "$skip" -gt 0 ] && echo "tests: $pass passed, $fail failed, $skip skipped" || echo "tests: $pass passed, $fail failed"

@@ -1,0 +1,89 @@
+/*
+ * Fuzz target: the out-of-band messages a rank's resilience service receives from other ranks
+ * (resil.c oobMain: notices with their ACKs, localization requests and answers, health updates) and
+ * the connection notices they carry (rnet_notice.c mendRnetDeliver).  What the service does with a
+ * message that passed is played here: its strings printed as the service's log lines print them, a
+ * health update applied to a registry.
+ *
+ * Input: a flags byte, then messages (sizeof(struct resilMsg) bytes each) until the input ends.
+ * Flag 1 gives every message the right magic (the checks behind it get fuzzed).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "resilience/resil_wire.h"
+
+#define FUZZ_RANKS 4
+#define FUZZ_DEVS 2
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  struct fuzzIn in = {.p = data, .left = size};
+  uint8_t flags = fuzzByte(&in);
+  struct mendHealth health;
+  memset(&health, 0, sizeof(health));
+  if (mendHealthInit(&health, FUZZ_RANKS, FUZZ_DEVS, NULL) != ncclSuccess) abort();
+  for (;;) {
+    const uint8_t* raw = fuzzTake(&in, sizeof(struct resilMsg));
+    if (raw == NULL) break;
+    struct resilMsg m;
+    memcpy(&m, raw, sizeof(m));
+    if (flags & 1) m.magic = RESIL_MSG_MAGIC;
+    if (!mendResilMsgParse(&m, sizeof(m), 0, 1, &m)) continue;
+    char line[256];
+    switch (m.type) {
+      case RESIL_MSG_NOTICE: {
+        struct rnetNotice n;
+        if (mendRnetNoticeParse(&m.u.notice, sizeof(m.u.notice), &n) && (n.type < 1 || !n.remote)) abort();
+        break;
+      }
+      case RESIL_MSG_LOC_REQ:
+      case RESIL_MSG_LOC_RESP:
+        if (m.u.loc.n < 1 || m.u.loc.n > 2) abort();
+        break;
+      case RESIL_MSG_HEALTH:
+        /* What oobApply logs for an update it applied. */
+        if (mendHealthApply(&health, &m.u.health))
+          snprintf(line, sizeof(line), "health epoch %u: rank %d device %d is %s (%s, decided by rank %d)",
+                   m.u.health.epoch, m.u.health.rank, m.u.health.dev, mendNicStateName(m.u.health.state),
+                   m.u.health.verdict, m.u.health.reporter);
+        break;
+      default: break;
+    }
+  }
+  mendHealthFree(&health);
+  return 0;
+}
+
+void fuzzSeeds(struct fuzzSeeds* s) {
+  struct fuzzBuf b = {.len = 0};
+  fuzzPutByte(&b, 0);
+  struct resilMsg m;
+  memset(&m, 0, sizeof(m));
+  m.magic = RESIL_MSG_MAGIC;
+  m.type = RESIL_MSG_NOTICE;
+  m.seq = 1;
+  m.u.notice = (struct rnetNotice){.magic = RNET_MAGIC, .type = RNET_NOTE_KILL, .path = 1, .connId = 42,
+                                   .fromRank = 1, .remote = 1};
+  fuzzPut(&b, &m, sizeof(m));
+  memset(&m.u, 0, sizeof(m.u));
+  m.type = RESIL_MSG_ACK;
+  m.u.notice.connId = 1;
+  fuzzPut(&b, &m, sizeof(m));
+  memset(&m.u, 0, sizeof(m.u));
+  m.type = RESIL_MSG_LOC_REQ;
+  m.u.loc = (struct resilLoc){.id = 3, .n = 2, .rank = {2, 3}, .dev = {0, 1}, .ok = {-1, -1}};
+  fuzzPut(&b, &m, sizeof(m));
+  m.type = RESIL_MSG_LOC_RESP;
+  m.u.loc.ok[0] = 1;
+  m.u.loc.ok[1] = 0;
+  fuzzPut(&b, &m, sizeof(m));
+  memset(&m.u, 0, sizeof(m.u));
+  m.type = RESIL_MSG_HEALTH;
+  m.u.health = (struct mendHealthUpdate){.rank = 1, .dev = 1, .state = MEND_NIC_DOWN, .epoch = 4, .reporter = 1};
+  strcpy(m.u.health.verdict, "local NIC down");
+  fuzzPut(&b, &m, sizeof(m));
+  fuzzSeedWrite(s, b.data, b.len);
+}
+
+FUZZ_SEEDS
