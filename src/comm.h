@@ -94,6 +94,7 @@ struct mendGroupJob;
 struct mendExecutor;
 struct mendCudaComm;
 struct mendDevState;
+struct mendGrowPending;
 
 enum mendCommState {
   MEND_COMM_INITIALIZING = 0, /* init or split still running (non-blocking) */
@@ -141,7 +142,8 @@ struct ncclComm {
   pthread_t initThread;           /* non-blocking init/split worker */
   int initThreadRunning;          /* initThread must be joined */
   struct mendUserRedOp userRedOps[MEND_MAX_USER_REDOPS]; /* PreMulSum ops; op value = ncclNumOps + slot */
-  struct ncclComm* parent;        /* communicator this one was split/shrunk from, or NULL */
+  struct ncclComm* parent;        /* communicator this one was split/shrunk/grown from, or NULL */
+  struct mendGrowPending* grow;   /* ncclCommGetUniqueId's id not consumed by a grow yet (comm_grow.c), or NULL */
   int destroyed;                  /* guards double destroy */
   _Atomic int suspended;          /* 1 between ncclCommSuspend and ncclCommResume: operations are refused */
   _Atomic int64_t memExtraBytes;  /* bytes reported through mendCommMemAccount (staging beyond the connectors) */

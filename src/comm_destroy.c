@@ -74,6 +74,7 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
     if (res == ncclSuccess) res = r;
     comm->bootstrap = NULL;
   }
+  mendCommGrowRelease(comm);
   mendMemReleaseComm(comm);
   mendCommFree(comm);
   return abort ? ncclSuccess : res;

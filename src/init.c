@@ -25,6 +25,7 @@ static void initOnceFn(void) {
   mendPrintVersionBanner();
   mendParamCheckEnv();
 }
+void mendInitOnce(void) { pthread_once(&initOnce, initOnceFn); }
 
 struct initArgs {
   struct ncclComm* comm; /* communicator being created */

@@ -48,6 +48,12 @@ ncclResult_t mendInitLinkAll(struct ncclComm* comm);
 /* Mark a creation job's outcome: READY + ncclSuccess, or FAILED + the error. */
 void mendInitSetOutcome(struct ncclComm* comm, ncclResult_t res);
 
+/* comm_grow.c: retire the unused grow id of a communicator being torn down (its root stops). */
+void mendCommGrowRelease(struct ncclComm* comm);
+
+/* init.c: once per process, before the first communicator (version banner, unknown variables). */
+void mendInitOnce(void);
+
 /* comm_destroy.c */
 /* Release every layer: orderly (abort == 0) or at once (abort == 1), then the memory. */
 ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort);

@@ -6,8 +6,9 @@
  *     rows with values set here, ncclParamDumpAll logging every key;
  *   - ncclCommSuspend / ncclCommResume / ncclCommMemStats: connector bytes counted, operations refused
  *     while suspended, exact results after resume (memory is kept while suspended: Suspend bytes 0);
- *   - ncclCommGetUniqueId, ncclCommGrow, ncclPutSignal, ncclSignal, ncclWaitSignal, ncclWinGetUserPtr:
- *     argument errors, then Mend's refusal (ncclInvalidUsage, a WARN saying it is not supported).
+ *   - ncclCommGetUniqueId, ncclCommGrow: argument errors and id rules (growing itself: test_grow.c);
+ *   - ncclPutSignal, ncclSignal, ncclWaitSignal, ncclWinGetUserPtr: argument errors, then Mend's
+ *     refusal (ncclInvalidUsage, a WARN saying it is not supported).
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -246,7 +247,9 @@ static void growErrors(void) {
   memset(&id, 0, sizeof(id));
   expect("api230_comm_uid_null_comm", ncclCommGetUniqueId(NULL, &id), IA, "communicator");
   expect("api230_comm_uid_null_id", ncclCommGetUniqueId(c, NULL), IA, "uniqueId");
-  expect("api230_comm_uid_refused", ncclCommGetUniqueId(c, &id), IU, "does not support");
+  ncclUniqueId zero = id, second;
+  expect("api230_comm_uid", ncclCommGetUniqueId(c, &id), ncclSuccess, NULL);
+  expect("api230_comm_uid_second", ncclCommGetUniqueId(c, &second), IU, "one id at a time");
   expect("api230_grow_null_newcomm", ncclCommGrow(c, 3, NULL, -1, NULL, NULL), IA, "newcomm");
   expect("api230_grow_not_larger", ncclCommGrow(c, 2, NULL, -1, &nc, NULL), IA, "must exceed");
   mtResult(nc == NULL, "api230_grow_fail_sets_null", "*newcomm %p", (void*)nc);
@@ -257,8 +260,10 @@ static void growErrors(void) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.magic = 0;
   expect("api230_grow_bad_config", ncclCommGrow(c, 3, NULL, -1, &nc, &cfg), IA, "NCCL_CONFIG_INITIALIZER");
-  expect("api230_grow_refused_existing", ncclCommGrow(c, 3, NULL, -1, &nc, NULL), IU, "does not support");
-  expect("api230_grow_refused_new", ncclCommGrow(NULL, 3, &id, 2, &nc, NULL), IU, "does not support");
+  expect("api230_grow_new_not_grow_id", ncclCommGrow(NULL, 3, &zero, 2, &nc, NULL), IA, "ncclCommGetUniqueId");
+  expect("api230_grow_new_rank_collides", ncclCommGrow(NULL, 3, &id, 1, &nc, NULL), IA, "collides");
+  expect("api230_grow_new_not_larger", ncclCommGrow(NULL, 2, &id, 1, &nc, NULL), IA, "must exceed");
+  expect("api230_grow_existing_other_id", ncclCommGrow(c, 3, &zero, -1, &nc, NULL), IA, "refused");
   mtResult(nc == NULL, "api230_grow_refused_null", "*newcomm %p", (void*)nc);
 }
 
