@@ -133,7 +133,7 @@ static void shares(struct mendR2Split* s) {
 }
 
 /* The levels of one threshold set and their shares; 0 when the set cannot run. */
-static int levelsOf(const struct mendR2ModelIn* in, int minCap, const int* cand, unsigned set,
+static int levelsOf(const struct mendR2ModelIn* in, int minCap, const int* cand, const int* nMembers, unsigned set,
                     struct mendR2Split* s) {
   memset(s, 0, sizeof(*s));
   s->nLevels = 1;
@@ -141,7 +141,7 @@ static int levelsOf(const struct mendR2ModelIn* in, int minCap, const int* cand,
   int prev = minCap;
   for (int i = 0; set >> i; i++) {
     if (!((set >> i) & 1)) continue;
-    int k = members(in, cand[i]), d = in->nRanks - k;
+    int k = nMembers[i], d = in->nRanks - k;
     if (k < 1 || d < 1 || d > k * MEND_R2_MAX_FANOUT) return 0;
     s->lv[s->nLevels++] = (struct mendR2Level){.minCap = cand[i], .nMembers = k, .rate = cand[i] - prev};
     prev = cand[i];
@@ -164,12 +164,13 @@ int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxParti
   out->lv[0] = (struct mendR2Level){.minCap = 0, .nMembers = in->nRanks, .rate = minCap, .share = 1};
   out->estUs = mendR2CostUs(in, out);
   if (maxPartial > MEND_R2_MAX_LEVELS - 1) maxPartial = MEND_R2_MAX_LEVELS - 1;
-  int found = 0;
+  int found = 0, nMembers[MEND_R2_MAX_CANDIDATES];
+  for (int i = 0; i < nc; i++) nMembers[i] = members(in, cand[i]);
   for (unsigned set = 1; nc > 0 && set < (1u << nc); set++) {
     int p = popcount(set);
     if (p < minPartial || p > maxPartial) continue;
     struct mendR2Split s;
-    if (!levelsOf(in, minCap, cand, set, &s)) continue;
+    if (!levelsOf(in, minCap, cand, nMembers, set, &s)) continue;
     s.estUs = mendR2CostUs(in, &s);
     if (!found || s.estUs < out->estUs) {
       *out = s;
