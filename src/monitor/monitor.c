@@ -293,7 +293,12 @@ void mendMonPost(struct mendMonConn* m, int slot) {
 }
 
 void mendMonDone(struct mendMonConn* m, int slot, uint64_t bytes) {
+  /* Completions the proxy finds within one microsecond of each other (one poll) completed somewhere
+   * before that poll: they share its time, so a window of them spans the poll interval, not the few
+   * nanoseconds between two clock reads.  This is the monitor's grain. */
   uint64_t now = mendTimeNs();
+  if (now - m->lastNow < MEND_MON_GRAIN_NS) now = m->lastNow;
+  else m->lastNow = now;
   uint64_t post = atomic_load_explicit(&m->post[slot % MEND_FIFO_SLOTS], memory_order_relaxed);
   mendMonWindowAdd(&m->win, post, now, bytes);
   struct mendMonComm* mc = m->mc;

@@ -12,6 +12,8 @@
 #include "monitor/window.h"
 #include "transport/fifo.h"
 
+#define MEND_MON_GRAIN_NS 1000 /* completions seen this close together share one time */
+
 struct mendMonComm;
 
 /* One net connector (one direction of a net connection). */
@@ -28,6 +30,7 @@ struct mendMonConn {
   void* netComm;                       /* its send or recv comm */
   _Atomic uint64_t post[MEND_FIFO_SLOTS]; /* post time of the message in each slot */
   _Atomic uint64_t posted;             /* messages handed to the Net */
+  uint64_t lastNow;                    /* proxy thread: the completion time last read (mendMonDone) */
   uint64_t failovers, failbacks;       /* the resilient net's counters, as last read (under monLock) */
   int activeDev;                       /* active path's device as last read (-1: none left) */
   struct mendMonWindow win;            /* its window and counters */

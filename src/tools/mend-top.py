@@ -6,7 +6,9 @@
 Reads the snapshots the monitor writes (MEND_MONITOR_FILE: Prometheus text, or JSON lines for a
 .jsonl file; docs/monitor.md) and shows, per process, communicator, rank and NIC: the state (health
 registry, else the link), the throughput of the last window of W messages and the average over the
-last seconds (from the byte counters of successive snapshots), anomalies, then per communicator the
+last seconds (from the byte counters of successive snapshots), anomalies, the longest send stall of
+its connections (messages in flight, no completion: a link that moves nothing shows here, where no
+window can), then per communicator the
 op count, plan-view epoch, failovers and fail-backs.  Without arguments it reads the files that
 MEND_MONITOR_FILE names (%p and %h as wildcards).  --once prints one frame and exits (the
 "last seconds" column then needs two reads: it shows '-').  Standard library only.
@@ -80,12 +82,16 @@ class Snapshot:
         self.comms = {}  # (comm, rank) -> {metric: value}
         self.nics = {}   # (comm, rank, nic, dir) -> {metric: value, "name": nic_name}
         self.state = {}  # (comm, rank, nic) -> text
+        self.stall = {}  # (comm, rank, nic) -> longest send stall of its connections, s
         for name, l, v in rows:
             if name.startswith("mend_comm_"):
                 self.comms.setdefault((l["comm"], l["rank"]), {})[name] = v
             elif name.startswith("mend_nic_") and "dir" in l:
                 d = self.nics.setdefault((l["comm"], l["rank"], l["nic"], l["dir"]), {"name": l.get("nic_name", "")})
                 d[name] = v
+            elif name == "mend_conn_stalled_seconds":
+                key = (l["comm"], l["rank"], l["nic"])
+                self.stall[key] = max(v, self.stall.get(key, 0.0))
             elif name == "mend_nic_state" and l.get("peer") == l.get("rank"):
                 self.state[(l["comm"], l["rank"], l["nic"])] = STATES.get(int(v), "?")
             elif name == "mend_nic_link_up":
@@ -123,9 +129,9 @@ def frame(snaps, history, span_s, max_lines):
     """The text of one frame."""
     host = socket.gethostname().split(".")[0]
     out = ["mend-top  %s  %d process(es)  %s" % (host, len(snaps), time.strftime("%H:%M:%S"))]
-    out.append("%-8s %-16s %4s %-4s %-10s %-9s %12s %12s %12s %12s %5s" % (
+    out.append("%-8s %-16s %4s %-4s %-10s %-9s %12s %12s %12s %12s %5s %7s" % (
         "PID", "COMM", "RANK", "NIC", "NAME", "STATE", "TX WINDOW", "TX %gs" % span_s, "RX WINDOW",
-        "RX %gs" % span_s, "ANOM"))
+        "RX %gs" % span_s, "ANOM", "STALL"))
     comm_lines = []
     for s in snaps:
         pid = s.info.get("pid", "?")
@@ -140,10 +146,12 @@ def frame(snaps, history, span_s, max_lines):
                     avg[d] = (now - old[1]) / (s.stamp - old[0])
             anom = int(tx.get("mend_nic_anomalies_total", 0))
             flag = "*" if tx.get("mend_nic_anomaly", 0) else ""
-            out.append("%-8s %-16s %4s %-4s %-10s %-9s %12s %12s %12s %12s %5s" % (
+            stall = s.stall.get(key, 0.0)
+            out.append("%-8s %-16s %4s %-4s %-10s %-9s %12s %12s %12s %12s %5s %7s" % (
                 pid, comm, rank, nic, (tx or rx).get("name", "")[:10], s.state.get(key, "-"),
                 rate(tx.get("mend_nic_throughput_bytes_per_second")), rate(avg.get("tx")),
-                rate(rx.get("mend_nic_throughput_bytes_per_second")), rate(avg.get("rx")), "%d%s" % (anom, flag)))
+                rate(rx.get("mend_nic_throughput_bytes_per_second")), rate(avg.get("rx")), "%d%s" % (anom, flag),
+                "%.3fs" % stall if stall > 0 else "-"))
         for (comm, rank), c in sorted(s.comms.items()):
             comm_lines.append("%-8s %-16s %4s %8d %6d %10d %10d %6d" % (
                 pid, comm, rank, c.get("mend_comm_ops_total", 0), c.get("mend_comm_plan_epoch", -1),

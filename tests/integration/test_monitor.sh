@@ -178,7 +178,7 @@ else echo "not ok monitor_bad_values: rc=$rc: $(grep -m3 WARN "$T/w.log" | tr '\
 # snapshot written here with known values (a NIC down, an anomaly, failovers).
 TOP="$B/bin/mend-top"
 out=$("$PY" "$TOP" --once "$T/p2a-*.prom" 2>&1); rc=$?
-rows=$(echo "$out" | grep -cE '^[0-9]+ +[0-9a-f]{16} +[01] +0 +lo +- +[0-9.]+ [KMG]?B/s')
+rows=$(echo "$out" | grep -cE '^[0-9]+ +[0-9a-f]{16} +[01] +0 +lo +- +[0-9.]+ [KMG]?B/s .* +[0-9]+\*? +-$')
 ops=$(echo "$out" | grep -cE "^[0-9]+ +[0-9a-f]{16} +[01] +$OPS +0 +0 +0 +4$")
 if [ $rc -eq 0 ] && [ "$rows" -eq 2 ] && [ "$ops" -eq 2 ]; then echo "ok mend_top_once"
 else echo "not ok mend_top_once: rc=$rc, $rows NIC rows, $ops comm rows: $out"; fi
@@ -201,9 +201,11 @@ mend_nic_anomalies_total{comm="00000000000000ab",rank="3",nic="1",nic_name="rail
 mend_nic_anomaly{comm="00000000000000ab",rank="3",nic="1",nic_name="rail\"1",dir="tx"} 1
 mend_nic_state{comm="00000000000000ab",rank="3",peer="3",nic="1"} 1
 mend_nic_state{comm="00000000000000ab",rank="3",peer="2",nic="1"} 0
+mend_conn_stalled_seconds{comm="00000000000000ab",rank="3",peer="2",channel="1",dir="send",use="coll",nic="1"} 0.25
+mend_conn_stalled_seconds{comm="00000000000000ab",rank="3",peer="2",channel="3",dir="send",use="coll",nic="1"} 0.5
 PROM
 out=$("$PY" "$TOP" --once "$T/fixed.prom" 2>&1); rc=$?
-if [ $rc -eq 0 ] && echo "$out" | grep -qE '^4242 +00000000000000ab +3 +1 +rail"1 +down +125.00 MB/s +- +2.50 KB/s +- +4\*$' &&
+if [ $rc -eq 0 ] && echo "$out" | grep -qE '^4242 +00000000000000ab +3 +1 +rail"1 +down +125.00 MB/s +- +2.50 KB/s +- +4\* +0.500s$' &&
    echo "$out" | grep -qE '^4242 +00000000000000ab +3 +777 +2 +5 +1 +8$'; then echo "ok mend_top_values"
 else echo "not ok mend_top_values: rc=$rc: $out"; fi
 echo "garbage line" > "$T/broken.prom"
