@@ -213,6 +213,36 @@ out=$("$PY" "$TOP" --once "$T/broken.prom" 2>&1); rc=$?
 if [ $rc -eq 1 ] && echo "$out" | grep -q "not a sample line"; then echo "ok mend_top_bad_file"
 else echo "not ok mend_top_bad_file: rc=$rc: $out"; fi
 
+# mend-top live, in a terminal (tmux): while a job runs it refreshes, and the last-second averages
+# fill in (they need two reads); Ctrl-C ends it.
+if command -v tmux > /dev/null; then
+  sock="$T/tmux.sock"
+  MEND_MONITOR_FILE="$T/tl-%p.prom" MEND_MONITOR_PERIOD_MS=50 timeout 120 "$B/bin/mend-run" -np 2 \
+    "$B/bin/all_reduce_perf" -b 1M -e 1M -n 3000 -w 1 -c 0 > "$T/tl.log" 2>&1 &
+  job=$!
+  tmux -S "$sock" new-session -d -x 150 -y 20 "$PY $TOP --interval 0.2 --span 1 '$T/tl-*.prom'"
+  live=0 screen=
+  for _ in $(seq 1 150); do
+    sleep 0.1
+    screen=$(tmux -S "$sock" capture-pane -p 2>/dev/null)
+    # a NIC row with the window and the 1 s average of tx, and the window of rx: 3 rates
+    if echo "$screen" | head -1 | grep -q '^mend-top ' &&
+       [ "$(echo "$screen" | grep -E '^[0-9]+ +[0-9a-f]{16} +[01] +0 +lo ' | grep -o 'B/s' | wc -l)" -ge 6 ]; then
+      live=1; break
+    fi
+    kill -0 $job 2>/dev/null || break
+  done
+  tmux -S "$sock" send-keys C-c
+  gone=0
+  for _ in $(seq 1 30); do tmux -S "$sock" has-session 2>/dev/null || { gone=1; break; }; sleep 0.1; done
+  tmux -S "$sock" kill-server 2>/dev/null
+  kill $job 2>/dev/null; wait $job 2>/dev/null
+  if [ $live -eq 1 ] && [ $gone -eq 1 ]; then echo "ok mend_top_live"
+  else echo "not ok mend_top_live: averages shown $live, ended by Ctrl-C $gone: $screen"; fi
+else
+  echo "# mend_top_live skipped: no tmux"
+fi
+
 # Snapshots are written to a temporary file renamed over the target: none is left behind.
 left=$(ls "$T" | grep -c '\.tmp\.' || true)
 if [ "$left" -eq 0 ]; then echo "ok monitor_no_temp_files"; else echo "not ok monitor_no_temp_files: $(ls "$T" | grep '\.tmp\.' | head -3)"; fi
