@@ -505,3 +505,26 @@ TEST(Agree, BadArgumentsAreRefused) {
   EXPECT_EQ(mendAgreeCreate(w.comm(0), 0, 2, &h, &an, 0, &a), ncclInvalidArgument);
   mendHealthFree(&h);
 }
+
+// P2P ops carry the number of the collective that follows them: a rank that planned a send at op 5
+// counts op 5 as planned, so the agreed op is 6 and its collective 5 runs under the old view, as on
+// the rank that had planned nothing of op 5 yet.
+TEST(Agree, OpNumberSharedWithP2pIsPlannedUnderOneView) {
+  const int n = 2;
+  Cluster c(n);
+  const mendPlanView* v = nullptr;
+  for (uint64_t op = 0; op <= 5; op++) ASSERT_EQ(mendPlannerViewAt(c.comm(0), op, &v), ncclSuccess);  // ..., send 5
+  for (uint64_t op = 0; op <= 4; op++) ASSERT_EQ(mendPlannerViewAt(c.comm(1), op, &v), ncclSuccess);
+  c.change(1, 1, MEND_NIC_DOWN);
+  ASSERT_TRUE(c.settle(1));
+  ASSERT_EQ(mendPlannerViewAt(c.comm(0), 5, &v), ncclSuccess);  // the collective numbered 5
+  EXPECT_EQ(v->epoch, 0u) << "op 5 was under way on rank 0: it stays under the old view";
+  uint64_t h0 = mendPlanViewOpHash(v, 5);
+  ASSERT_EQ(mendPlannerViewAt(c.comm(1), 5, &v), ncclSuccess);  // rank 1's send 5
+  EXPECT_EQ(v->epoch, 0u);
+  EXPECT_EQ(mendPlanViewOpHash(v, 5), h0);
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(mendPlannerViewAt(c.comm(r), 6, &v), ncclSuccess);
+    EXPECT_EQ(v->epoch, 1u) << "rank " << r << ": the agreed op is 6";
+  }
+}
