@@ -13,8 +13,10 @@ FUZZ_DIR      := $(BUILDDIR)/fuzz
 FUZZ_SRC      := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN      := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 # The library files the targets check, and what they call (logging, parameters, MACs, sockets).
+# agree.c is linked as it is: fuzz_agree provides the planner calls it makes.
 FUZZ_LIB_SRC  := $(filter-out src/misc/cudrv.c,$(wildcard src/misc/*.c)) src/bootstrap_wire.c \
-                 src/transport/net_socket_wire.c src/resilience/resil_wire.c src/resilience/health.c
+                 src/transport/net_socket_wire.c src/resilience/resil_wire.c src/resilience/health.c \
+                 src/resilience/agree.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 .SECONDARY: $(FUZZ_LIB_OBJ)
 FUZZ_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -33,9 +35,14 @@ $(FUZZ_DIR)/obj/%.o: %.c | $(HEADER) $(GEN_H)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_DIR)/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB_OBJ)
+# An archive: each target pulls only the files it calls (fuzz_agree brings its own fake planner).
+FUZZ_LIB := $(FUZZ_DIR)/libmendfuzz.a
+$(FUZZ_LIB): $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_DIR)/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_LIB_OBJ) -o $@ $(LIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Itests/fuzz $< $(FUZZ_LIB) -o $@ $(LIBS)
 
 # Sanitizer flavours of the GoogleTest suite, each in its own build directory (sub-makes share -j).
 SAN_BUILDDIR  ?= $(BUILDDIR)/asan
