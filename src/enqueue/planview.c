@@ -294,6 +294,12 @@ ncclResult_t mendPlannerHold(struct ncclComm* comm, uint32_t round, uint64_t* ne
   struct mendPlannerViews* vs;
   MENDCHECK(plannerViews(comm, &pl, &vs));
   pthread_mutex_lock(&vs->lock);
+  if (vs->base == NULL) {
+    /* No view yet (communicator init has not installed the graph's): nothing to derive from, and
+     * nothing planned.  The coordinator asks again. */
+    pthread_mutex_unlock(&vs->lock);
+    return ncclInProgress;
+  }
   if (!atomic_load(&vs->holdOpen)) {
     /* Open the hold, then read how far planning got: the planning thread publishes nextOp before it
      * looks at holdOpen, so either we see its op or it sees the hold (both sequentially consistent). */

@@ -118,7 +118,8 @@ void mendPlannerEpochs(struct ncclComm* comm, int64_t* inForce, int64_t* pending
 struct mendPlanner;
 /* Hold planning for agreement round `round`: *nextOp gets the first op this planner has not planned,
  * and every op from it on waits (mendPlannerViewAt) until the round commits, at most
- * MEND_AGREE_TIMEOUT ms, then fails.  Atomic with the planning thread; idempotent per round. */
+ * MEND_AGREE_TIMEOUT ms, then fails.  Atomic with the planning thread; idempotent per round.
+ * ncclInProgress (no hold): the planner has no view yet (init); ask again later. */
 ncclResult_t mendPlannerHold(struct ncclComm* comm, uint32_t round, uint64_t* nextOp);
 /* Commit round `round`: the view derived from the base (epoch 0) view and picture h as version
  * (round, fromOp) is installed pending from fromOp and the hold released.  When it cannot be

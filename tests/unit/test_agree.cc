@@ -111,7 +111,7 @@ struct Rank {
 
 class Cluster {
  public:
-  explicit Cluster(int n, int64_t resendMs = 30) : w_(n), ranks_(n) {
+  explicit Cluster(int n, int64_t resendMs = 30, bool installBase = true) : w_(n), ranks_(n) {
     std::vector<int> mbps((size_t)n * kDevs, 100000);
     for (int r = 0; r < n; r++) {
       Rank& k = ranks_[r];
@@ -126,7 +126,11 @@ class Cluster {
       mendPlanView* b = nullptr;
       EXPECT_EQ(mendPlanViewCopy(v, 0, 0, &b), ncclSuccess);
       base.push_back(b);
-      EXPECT_EQ(mendPlannerSetView(w_.comm(r), v), ncclSuccess);
+      if (installBase) {
+        EXPECT_EQ(mendPlannerSetView(w_.comm(r), v), ncclSuccess);
+      } else {
+        unset.push_back(v);
+      }
     }
   }
   ~Cluster() {
@@ -136,6 +140,7 @@ class Cluster {
       mendHealthFree(&k.health);
     }
     for (auto* b : base) mendPlanViewFree(b);
+    for (auto* u : unset) mendPlanViewFree(u);
   }
   int n() const { return (int)ranks_.size(); }
   Rank& rank(int r) { return ranks_[r]; }
@@ -248,7 +253,8 @@ class Cluster {
   uint64_t baseHash_ = 0;
 
  public:
-  std::vector<mendPlanView*> base;  // each rank's epoch-0 view (a copy)
+  std::vector<mendPlanView*> base;   // each rank's epoch-0 view (a copy)
+  std::vector<mendPlanView*> unset;  // installBase = false: the views init has not installed yet
 };
 
 // The op at which each epoch took over (epochs never go back).
@@ -526,5 +532,27 @@ TEST(Agree, OpNumberSharedWithP2pIsPlannedUnderOneView) {
   for (int r = 0; r < n; r++) {
     ASSERT_EQ(mendPlannerViewAt(c.comm(r), 6, &v), ncclSuccess);
     EXPECT_EQ(v->epoch, 1u) << "rank " << r << ": the agreed op is 6";
+  }
+}
+
+// A round that opens while communicators are still being made (no view installed yet): no rank
+// answers until it has its view, then the round completes from the views installed.
+TEST(Agree, RoundWaitsForTheViewsOfInit) {
+  const int n = 3;
+  Cluster c(n, 30, false);
+  c.change(2, 0, MEND_NIC_DOWN);
+  c.until([] { return false; }, 150);
+  EXPECT_TRUE(mendAgreeBusy(c.rank(0).agree)) << "the round is open";
+  for (int r = 0; r < n; r++) EXPECT_EQ(mendAgreeRound(c.rank(r).agree), 0u) << "rank " << r << " had no view";
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(mendPlannerSetView(c.comm(r), c.unset[r]), ncclSuccess);
+    c.unset[r] = nullptr;
+  }
+  ASSERT_TRUE(c.settle(1));
+  const mendPlanView* v = nullptr;
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(mendPlannerViewAt(c.comm(r), 0, &v), ncclSuccess);
+    EXPECT_EQ(v->epoch, 1u);
+    EXPECT_EQ(v->rankCap[2], 500);
   }
 }
