@@ -325,7 +325,8 @@ static void logChoice(const struct mendReplanChoice* c, size_t nBytes, int force
     at += (size_t)snprintf(lv + at, sizeof(lv) - at, "%s%s: %d ranks, share %.3f at %d permille", l ? "; " : " [", who,
                            v->nMembers, v->share, v->rate);
   }
-  if (at && at < sizeof(lv)) snprintf(lv + at, sizeof(lv) - at, "]");
+  if (at && at < sizeof(lv))
+    snprintf(lv + at, sizeof(lv) - at, "] channels %d chunk %zu", c->nChannels, c->chunkBytes);
   INFO(NCCL_TUNING, "AllReduce: %zu Bytes -> replan %s%s time %.2f us (backup %.2f, balance %.2f, r2 %.2f, recursive %.2f)%s",
        nBytes, mendReplanName(c->replan), lv, c->estUs, c->costUs[MEND_REPLAN_BACKUP], c->costUs[MEND_REPLAN_BALANCE],
        c->costUs[MEND_REPLAN_R2], c->costUs[MEND_REPLAN_RECURSIVE], forced ? " [MEND_REPLAN]" : "");
