@@ -8,9 +8,10 @@
  * aligned): level 0 is the ring AllReduce over every rank (gen_ring.c); level l > 0 is a partial
  * level of gen_r2.c over the ranks whose capacity is >= its minCap, the others joining through its
  * chain.  Each level gets its own channels (at least one, more in proportion to its share), so the
- * global ring and the partial rings run at once; its window is split evenly over them.  With fewer
- * channels than levels, level i shares channel i mod nChannels: its works then wait for the
- * earlier level's works on the connectors they share (plan order), which is still correct.
+ * global ring and the partial rings run at once; its window is split evenly over them.  Partial
+ * levels take the channels of the rails the slower ranks lost (channelOrder).  With fewer channels
+ * than levels, levels share channels: their works then wait for the earlier level's works on the
+ * connectors they share (plan order), which is still correct.
  *
  * Order and dependencies.  Works are added level by level, so on every rank a work can only wait
  * for works of lower levels (connectors shared when levels share a channel), which never wait for
@@ -48,8 +49,37 @@ static void levelRanks(const struct mendPlanView* v, int c, int minCap, int* tmp
   for (int i = 0; i < *k; i++) inner[i] = tmp[(i + c) % *k];
 }
 
-/* Windows [start[l], start[l+1]) per level and channels [first[l], first[l] + nch[l]) per level. */
-static void layout(const struct mendReplanChoice* rc, size_t count, size_t align, size_t* start, int* first, int* nch) {
+/* Channels in the order the levels take them: first those whose rail every slower rank still has,
+ * then those of rails a slower rank lost.  The global ring takes channels from the front, the
+ * partial levels from the back, so the faster ranks' partial rings run on the rails the slower
+ * ranks lost and leave the rails those ranks still reach to the global ring (whose hops to a
+ * slower rank must use a rail it has: sharing that rail with a partial ring would slow both).
+ * A channel's rail is c mod the rail count (the graph's rule, graph/channels.c); the rail count and
+ * the lost rails come from the view's shared per-rank NIC masks, so every rank orders alike. */
+static void channelOrder(const struct mendPlanView* v, int nCh, int* order) {
+  int rails = 0;
+  uint32_t lost = 0;
+  for (int r = 0; r < v->nRanks; r++) {
+    uint32_t m = v->rankNics[r];
+    for (int d = 31; m != ~0u && d >= rails; d--) {
+      if ((m >> d) & 1) rails = d + 1;
+    }
+  }
+  for (int r = 0; rails > 0 && r < v->nRanks; r++) {
+    if (v->rankNics[r] != ~0u && v->rankCap[r] < 1000) lost |= ~v->rankNics[r] & (rails >= 32 ? ~0u : (1u << rails) - 1);
+  }
+  int n = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int c = 0; c < nCh; c++) {
+      int isLost = rails > 0 && ((lost >> (c % rails)) & 1);
+      if (isLost == pass) order[n++] = c;
+    }
+  }
+}
+
+/* Windows [start[l], start[l+1]) per level and the channels of each level: chans[l][0..nch[l]). */
+static void layout(const struct mendPlanView* v, const struct mendReplanChoice* rc, size_t count, size_t align,
+                   size_t* start, int chans[][MEND_VIEW_MAX_CHANNELS], int* nch) {
   int L = rc->split.nLevels, withData = 0;
   double cum = 0;
   start[0] = 0;
@@ -60,7 +90,8 @@ static void layout(const struct mendReplanChoice* rc, size_t count, size_t align
     start[l + 1] = e > start[l] ? e : start[l];
     withData += start[l + 1] > start[l];
   }
-  int nCh = rc->nChannels, extra = nCh - withData, at = 0, j = 0;
+  int nCh = rc->nChannels, extra = nCh - withData, order[MEND_VIEW_MAX_CHANNELS];
+  channelOrder(v, nCh, order);
   for (int l = 0; l < L; l++) nch[l] = start[l + 1] > start[l];
   /* Channels beyond one per level go, one by one, to the level with the most data per channel. */
   for (; extra > 0; extra--) {
@@ -72,10 +103,15 @@ static void layout(const struct mendReplanChoice* rc, size_t count, size_t align
     }
     nch[best]++;
   }
+  /* The global ring from the front of the order, partial levels from the back; with fewer channels
+   * than levels, the j-th level with data shares position j mod nCh counted the same way. */
+  int front = 0, back = nCh - 1, j = 0;
   for (int l = 0; l < L; l++) {
     if (nch[l] == 0) continue;
-    first[l] = withData <= nCh ? at : j % nCh;
-    at += nch[l];
+    for (int i = 0; i < nch[l]; i++) {
+      if (withData > nCh) chans[l][i] = order[j == 0 ? 0 : (nCh - 1) - (j - 1) % nCh];
+      else chans[l][i] = l == 0 ? order[front++] : order[back--];
+    }
     j++;
   }
 }
@@ -108,13 +144,13 @@ static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int o
   struct ncclComm* comm = plan->comm;
   size_t ts = mendTypeSize(op->type), align = ts < R2_ALIGN_BYTES ? R2_ALIGN_BYTES / ts : 1;
   size_t start[MEND_R2_MAX_LEVELS + 1];
-  int first[MEND_R2_MAX_LEVELS], nch[MEND_R2_MAX_LEVELS];
+  int chans[MEND_R2_MAX_LEVELS][MEND_VIEW_MAX_CHANNELS], nch[MEND_R2_MAX_LEVELS];
   MENDARGCHECK(rc->split.nLevels >= 1 && rc->split.nLevels <= MEND_R2_MAX_LEVELS && rc->nChannels >= 1 &&
                    rc->nChannels <= comm->nChannels && rc->nChannels <= plan->view->nChannels &&
                    plan->view->nRanks == comm->nRanks,
                ncclInternalError, "R2 AllReduce: %d levels over %d channels do not fit the plan view (%d channels)",
                rc->split.nLevels, rc->nChannels, plan->view->nChannels);
-  layout(rc, op->count, align, start, first, nch);
+  layout(plan->view, rc, op->count, align, start, chans, nch);
   int* tmp;
   MENDCHECK(MENDCALLOC(tmp, 3 * (size_t)comm->nRanks));
   size_t chunk = rc->chunkBytes / ts;
@@ -133,8 +169,7 @@ static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int o
     for (int i = 0; i < nch[l] && (size_t)i * part < cnt && res == ncclSuccess; i++) {
       args.offset = start[l] + (size_t)i * part;
       args.count = cnt - (size_t)i * part < part ? cnt - (size_t)i * part : part;
-      int c = (first[l] + i) % rc->nChannels;
-      res = addLevelWorks(plan, opIndex, l, rc->split.lv + l, c, &args, tmp);
+      res = addLevelWorks(plan, opIndex, l, rc->split.lv + l, chans[l][i], &args, tmp);
     }
   }
   free(tmp);

@@ -300,8 +300,8 @@ TEST(R2Model, NothingToSplitWhenAllRanksAreAlike) {
 
 namespace {
 
-// Every rank of w plans under a view with these capacities from the next op on.
-void setCaps(World& w, const std::vector<int>& caps) {
+// Every rank of w plans under a view with these capacities (and usable-NIC masks) from the next op on.
+void setCaps(World& w, const std::vector<int>& caps, const std::vector<uint32_t>& nics = {}) {
   static uint32_t epoch = 100;
   epoch++;
   for (int r = 0; r < w.n(); r++) {
@@ -310,6 +310,7 @@ void setCaps(World& w, const std::vector<int>& caps) {
     ASSERT_EQ(mendPlanViewCopy(base, epoch, 0, &v), ncclSuccess);
     mendPlanViewFree(base);
     memcpy(v->rankCap, caps.data(), sizeof(int) * caps.size());
+    if (!nics.empty()) memcpy(v->rankNics, nics.data(), sizeof(uint32_t) * nics.size());
     ASSERT_EQ(mendPlanViewSeal(v), ncclSuccess);
     ASSERT_EQ(mendPlannerSetView(w.comm(r), v), ncclSuccess);
   }
@@ -752,6 +753,45 @@ TEST(EngineR2, FewerChannelsThanLevels) {
               if (HasFailure()) return;
             }
       }
+    }
+  }
+}
+
+// The partial level runs on the channels of the rail the slower rank lost (channel c uses NIC
+// c mod rails, graph/channels.c), the global ring on the rails it kept: the global ring's hops to the
+// slower rank then never share a rail with the partial ring.
+TEST(PlanR2, PartialLevelOnTheLostRail) {
+  ScopedEnv env("MEND_REPLAN", "r2");
+  for (int lostNic : {0, 1}) {
+    World w(4, 2);
+    std::vector<int> caps = {500, 1000, 1000, 1000};
+    std::vector<uint32_t> nics = {0x3u & ~(1u << lostNic), 0x3, 0x3, 0x3};
+    setCaps(w, caps, nics);
+    for (int r = 0; r < 4; r++) {
+      static int32_t buf[1];
+      mendOp op;
+      memset(&op, 0, sizeof(op));
+      op.func = MEND_FUNC_ALLREDUCE;
+      op.comm = w.comm(r);
+      op.sendbuff = op.recvbuff = buf;
+      op.count = 1 << 20;
+      op.type = ncclInt32;
+      op.userOp = ncclSum;
+      op.root = -1;
+      op.opCount = 1u << 30;
+      ASSERT_EQ(mendRedOpResolve(ncclSum, ncclInt32, 4, &op.redop), ncclSuccess);
+      mendPlan* plan = nullptr;
+      ASSERT_EQ(mendPlanBuild(w.comm(r), &op, 1, &plan), ncclSuccess);
+      int partial = 0, global = 0;
+      for (int i = 0; i < plan->nWorks; i++) {
+        const mendWork& wk = plan->works[i];
+        bool isGlobal = wk.prog->nPhases == 1 && wk.prog->nSteps == 5;  // the ring AllReduce
+        EXPECT_EQ(wk.channel, isGlobal ? 1 - lostNic : lostNic) << "rank " << r << " work " << i;
+        (isGlobal ? global : partial)++;
+      }
+      EXPECT_EQ(global, 1) << "rank " << r;
+      EXPECT_EQ(partial, r == 0 ? 2 : 1) << "rank " << r;
+      mendPlanFree(plan);
     }
   }
 }
