@@ -1,11 +1,12 @@
 /* recover_perf: the recovery scenario, timed: lose a rank, shrink, grow back, beside a full re-init.
  *
- *   recover_perf [-n 4,8,16] [-r REPS] [-k VICTIM] [-c COUNT] [-T TIMEOUT_S] [--sockets]
+ *   recover_perf [-n 4,8,16] [-r REPS] [-k VICTIM] [-K LOST] [-c COUNT] [-T TIMEOUT_S] [--sockets]
+ *                [--testbed NAME --hosts H]
  *
- * For each size N, N processes (forked here, one rank each, on this host) make a communicator and
- * run AllReduces in a loop, every result checked; one more process, the replacement, waits idle.
- * Then this program SIGKILLs rank VICTIM (default 1) in the middle of the loop and the survivors go
- * through NVIDIA's recovery pattern:
+ * For each size N, N processes (forked here, one rank each) make a communicator and run
+ * AllReduces in a loop, every result checked; LOST more processes, the replacements, wait idle.
+ * Then this program SIGKILLs ranks VICTIM .. VICTIM+LOST-1 (default rank 1 alone) in the middle of
+ * the loop and the survivors go through NVIDIA's recovery pattern:
  *   detect   from the kill until a survivor's AllReduce returned an error (no abort, no watchdog:
  *            the library saw the loss); the slowest survivor's time is reported
  *   shrink   ncclCommShrink(NCCL_SHRINK_ABORT) without the victim, then an AllReduce on N-1 ranks,
@@ -24,6 +25,10 @@
  * runs and the worst run; a wrong element or an unexpected result fails the run (exit 1).  The load
  * average is printed before and after: the processes share this host's cores.
  * --sockets: NCCL_SHM_DISABLE=1 and NCCL_SOCKET_IFNAME=lo (the net transport instead of shared memory).
+ * --testbed NAME --hosts H: the ranks run on the H hosts of a testbed (tests/testbed, `testbed.py up
+ * --name NAME`; root): N/H ranks per host, host-major, each process enters its host's network
+ * namespace and gets the testbed's variables (NCCL_HOSTID, NCCL_SOCKET_IFNAME=rail,
+ * MEND_OOB_IFNAME=mgmt0); the lost ranks are all of host 1 and their replacements start there.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -34,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +49,7 @@
 #include "nccl.h"
 
 #define MAX_RANKS 64
+#define MAX_PROCS (2 * MAX_RANKS)
 #define MAX_REPS 32
 
 enum stage { ST_DETECT, ST_SHRINK, ST_GROW, ST_REINIT, ST_INIT, NSTAGES };
@@ -53,14 +61,19 @@ struct shared {
   _Atomic int loopIters;           /* AllReduces the survivors-to-be finished before the kill */
   _Atomic int idReady, growReady, reinitReady; /* ids published */
   _Atomic int failed;              /* a process found a wrong result or an unexpected status */
+  _Atomic int killing;             /* the victims are being killed (one after the other) */
   ncclUniqueId id, growId, reinitId;
   double killAt;                   /* when the victim was killed */
-  double t[MAX_RANKS + 1][12];     /* per process: the times below */
+  double t[MAX_PROCS][12];         /* per process: the times below */
 };
 enum { T_ERR, T_SHRINK0, T_SHRINK1, T_GROW0, T_GROW1, T_RE0, T_INIT0, T_INIT1 };
 
 static struct shared* sh;
-static int gN, gVictim, gCount;
+static int gN, gVictim, gLost, gCount; /* ranks, first lost rank, lost ranks, AllReduce elements */
+static const char* gTestbed;          /* testbed name, or NULL: this host's network */
+static int gHosts = 1;                /* testbed hosts */
+
+static int isLost(int w) { return w >= gVictim && w < gVictim + gLost; }
 
 static double now(void) {
   struct timespec ts;
@@ -124,15 +137,16 @@ static void reinit(int who, int rank, ncclComm_t* comms, int nComms, int32_t* bu
   OK(who, ncclCommDestroy(comm));
 }
 
-/* The replacement: idle until the survivors publish the grow id. */
+/* A replacement (process N + j): idle until the survivors publish the grow id; takes rank N-LOST+j. */
 static void replacement(int who, int32_t* buf) {
+  int rank = who - gLost;
   waitFlag(&sh->growReady);
   ncclComm_t grown = NULL;
   sh->t[who][T_GROW0] = now();
-  OK(who, ncclCommGrow(NULL, gN, &sh->growId, gN - 1, &grown, NULL));
+  OK(who, ncclCommGrow(NULL, gN, &sh->growId, rank, &grown, NULL));
   sh->t[who][T_GROW1] = now();
   OK(who, checkedAllReduce(grown, who, buf));
-  reinit(who, gN - 1, &grown, 1, buf);
+  reinit(who, rank, &grown, 1, buf);
 }
 
 /* An original rank: the training loop until the loss, then shrink, grow and re-init. */
@@ -151,11 +165,13 @@ static void original(int rank, int32_t* buf) {
     if (it == 3) atomic_fetch_add(&sh->loopIters, 1); /* the killer waits for every rank's 4th */
   }
   sh->t[rank][T_ERR] = now();
-  if (rank == gVictim) fail(rank, "the victim saw an error before it was killed", r);
-  int excl[1] = {gVictim}, sRank = rank - (rank > gVictim);
+  if (isLost(rank) && !atomic_load(&sh->killing)) fail(rank, "a victim saw an error before any kill", r);
+  while (isLost(rank)) pause(); /* another victim died first: our SIGKILL is on its way */
+  int excl[MAX_RANKS], sRank = rank - (rank >= gVictim + gLost ? gLost : 0);
+  for (int i = 0; i < gLost; i++) excl[i] = gVictim + i;
   ncclComm_t shrunk = NULL;
   sh->t[rank][T_SHRINK0] = now();
-  OK(rank, ncclCommShrink(comm, excl, 1, &shrunk, NULL, NCCL_SHRINK_ABORT));
+  OK(rank, ncclCommShrink(comm, excl, gLost, &shrunk, NULL, NCCL_SHRINK_ABORT));
   sh->t[rank][T_SHRINK1] = now();
   OK(rank, ncclCommAbort(comm)); /* the broken one: nothing to wait for */
   OK(rank, checkedAllReduce(shrunk, rank, buf));
@@ -172,36 +188,57 @@ static void original(int rank, int32_t* buf) {
   reinit(rank, sRank, held, 2, buf);
 }
 
+/* Testbed: enter the namespace of this process's host and take the variables a testbed rank gets. */
+static void enterHost(int who) {
+  int host = who < gN ? who / (gN / gHosts) : 1; /* replacements start on the lost host */
+  char name[128], path[256];
+  snprintf(name, sizeof name, "%sh%d", gTestbed, host);
+  snprintf(path, sizeof path, "/var/run/netns/%s", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    fprintf(stderr, "recover_perf: process %d: cannot enter %s: %s\n", who, path, strerror(errno));
+    atomic_store(&sh->failed, 1);
+    _exit(1);
+  }
+  close(fd);
+  setenv("NCCL_HOSTID", name, 1);
+  setenv("NCCL_SOCKET_IFNAME", "rail", 1);
+  setenv("MEND_OOB_IFNAME", "mgmt0", 1);
+}
+
 static void child(int who, int timeoutS) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm((unsigned)timeoutS); /* a hang ends this process, and the run fails */
+  if (gTestbed) enterHost(who);
   int32_t* buf = malloc((size_t)gCount * sizeof(int32_t));
   if (buf == NULL) fail(who, "out of memory", ncclSystemError);
-  if (who == gN) replacement(who, buf);
+  if (who >= gN) replacement(who, buf);
   else original(who, buf);
   free(buf);
   _exit(0);
 }
 
-static double maxOf(int from, int to, int idx, int skip) {
+/* Latest / earliest time `idx` over processes [0, to) that were not killed. */
+static double maxOf(int to, int idx) {
   double m = 0;
-  for (int w = from; w < to; w++)
-    if (w != skip && sh->t[w][idx] > m) m = sh->t[w][idx];
+  for (int w = 0; w < to; w++)
+    if (!isLost(w) && sh->t[w][idx] > m) m = sh->t[w][idx];
   return m;
 }
-static double minOf(int from, int to, int idx, int skip) {
+static double minOf(int to, int idx) {
   double m = 1e300;
-  for (int w = from; w < to; w++)
-    if (w != skip && sh->t[w][idx] < m) m = sh->t[w][idx];
+  for (int w = 0; w < to; w++)
+    if (!isLost(w) && sh->t[w][idx] < m) m = sh->t[w][idx];
   return m;
 }
 
 /* One run of size N: 1 when every process finished and every result was right; res[] gets the times. */
 static int runOnce(int timeoutS, double* res) {
   memset(sh, 0, sizeof(*sh));
-  pid_t pid[MAX_RANKS + 1];
+  pid_t pid[MAX_PROCS];
+  int all = gN + gLost;
   fflush(stdout);
-  for (int w = 0; w <= gN; w++) {
+  for (int w = 0; w < all; w++) {
     pid[w] = fork();
     if (pid[w] == 0) child(w, timeoutS);
     if (pid[w] < 0) {
@@ -215,9 +252,10 @@ static int runOnce(int timeoutS, double* res) {
   if (ok) {
     usleep(20 * 1000); /* into the loop's steady state */
     sh->killAt = now();
-    kill(pid[gVictim], SIGKILL);
+    atomic_store(&sh->killing, 1);
+    for (int w = gVictim; w < gVictim + gLost; w++) kill(pid[w], SIGKILL);
   }
-  for (int w = 0; w <= gN; w++) {
+  for (int w = 0; w < all; w++) {
     int st = 0;
     while (ok && waitpid(pid[w], &st, WNOHANG) == 0) {
       if (now() > until) {
@@ -232,15 +270,14 @@ static int runOnce(int timeoutS, double* res) {
       waitpid(pid[w], &st, 0);
       continue;
     }
-    if (w != gVictim && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) ok = 0;
+    if (!isLost(w) && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) ok = 0;
   }
   if (!ok || atomic_load(&sh->failed)) return 0;
-  int all = gN + 1;
-  res[ST_DETECT] = maxOf(0, gN, T_ERR, gVictim) - sh->killAt;
-  res[ST_SHRINK] = maxOf(0, gN, T_SHRINK1, gVictim) - maxOf(0, gN, T_SHRINK0, gVictim);
-  res[ST_GROW] = maxOf(0, all, T_GROW1, gVictim) - maxOf(0, all, T_GROW0, gVictim);
-  res[ST_REINIT] = maxOf(0, all, T_INIT1, gVictim) - minOf(0, all, T_RE0, gVictim);
-  res[ST_INIT] = maxOf(0, all, T_INIT1, gVictim) - maxOf(0, all, T_INIT0, gVictim);
+  res[ST_DETECT] = maxOf(gN, T_ERR) - sh->killAt;
+  res[ST_SHRINK] = maxOf(gN, T_SHRINK1) - maxOf(gN, T_SHRINK0);
+  res[ST_GROW] = maxOf(all, T_GROW1) - maxOf(all, T_GROW0);
+  res[ST_REINIT] = maxOf(all, T_INIT1) - minOf(all, T_RE0);
+  res[ST_INIT] = maxOf(all, T_INIT1) - maxOf(all, T_INIT0);
   return 1;
 }
 
@@ -257,17 +294,24 @@ static void loadAvg(char* buf, size_t len) {
 }
 
 static void usage(FILE* f) {
-  fprintf(f, "usage: recover_perf [-n 4,8,16] [-r REPS] [-k VICTIM] [-c COUNT] [-T TIMEOUT_S] [--sockets]\n");
+  fprintf(f, "usage: recover_perf [-n 4,8,16] [-r REPS] [-k VICTIM] [-K LOST] [-c COUNT] [-T TIMEOUT_S] [--sockets] "
+          "[--testbed NAME --hosts H]\n");
 }
 
 int main(int argc, char** argv) {
   const char* sizes = "4,8,16";
   int reps = 3, timeoutS = 120, sockets = 0;
   gVictim = 1;
+  gLost = 1;
   gCount = 1 << 16;
-  static const struct option opts[] = {{"sockets", no_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-  for (int c; (c = getopt_long(argc, argv, "n:r:k:c:T:h", opts, NULL)) != -1;) {
+  static const struct option opts[] = {{"sockets", no_argument, 0, 's'}, {"testbed", required_argument, 0, 'b'},
+                                       {"hosts", required_argument, 0, 'H'}, {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  for (int c; (c = getopt_long(argc, argv, "n:r:k:K:c:T:h", opts, NULL)) != -1;) {
     switch (c) {
+      case 'K': gLost = atoi(optarg); break;
+      case 'b': gTestbed = optarg; break;
+      case 'H': gHosts = atoi(optarg); break;
       case 'n': sizes = optarg; break;
       case 'r': reps = atoi(optarg); break;
       case 'k': gVictim = atoi(optarg); break;
@@ -278,7 +322,8 @@ int main(int argc, char** argv) {
       default: usage(stderr); return 2;
     }
   }
-  if (reps < 1 || reps > MAX_REPS || gCount < 1 || timeoutS < 1 || optind != argc) {
+  int tbOk = gTestbed ? gHosts >= 2 && strlen(gTestbed) < 64 && !sockets : gHosts == 1;
+  if (reps < 1 || reps > MAX_REPS || gCount < 1 || timeoutS < 1 || gLost < 1 || !tbOk || optind != argc) {
     usage(stderr);
     return 2;
   }
@@ -293,9 +338,13 @@ int main(int argc, char** argv) {
   }
   char la[128];
   loadAvg(la, sizeof la);
-  printf("# recover_perf: ranks as processes on one host, transport %s, victim rank %d, AllReduce of %d int32, "
-         "%d run(s) per size (median, worst)\n# load average before: %s\n", sockets ? "sockets (lo)" : "shm",
-         gVictim, gCount, reps, la);
+  if (gTestbed)
+    printf("# recover_perf: ranks as processes on %d hosts of testbed %s (net between hosts, shm within), the ranks "
+           "of host 1 lost", gHosts, gTestbed);
+  else
+    printf("# recover_perf: ranks as processes on one host, transport %s, ranks %d..%d lost", sockets ? "sockets (lo)"
+           : "shm", gVictim, gVictim + gLost - 1);
+  printf(", AllReduce of %d int32, %d run(s) per size (median, worst)\n# load average before: %s\n", gCount, reps, la);
   printf("# %5s", "ranks");
   for (int s = 0; s < NSTAGES; s++) printf("  %17s", stageName[s]);
   printf("\n");
@@ -304,8 +353,14 @@ int main(int argc, char** argv) {
   snprintf(list, sizeof list, "%s", sizes);
   for (char* tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
     gN = atoi(tok);
-    if (gN < 2 || gN > MAX_RANKS || gVictim < 0 || gVictim >= gN) {
-      fprintf(stderr, "recover_perf: size %s: need 2..%d ranks and a victim below it\n", tok, MAX_RANKS);
+    if (gTestbed && gN >= gHosts && gN % gHosts == 0) {
+      gVictim = gN / gHosts; /* every rank of host 1 */
+      gLost = gN / gHosts;
+    }
+    if (gN < 2 || gN > MAX_RANKS || (gTestbed && gN % gHosts) || gVictim < 0 || gVictim + gLost > gN ||
+        gLost >= gN) {
+      fprintf(stderr, "recover_perf: size %s: need 2..%d ranks (a multiple of the hosts), lost ranks inside it and "
+              "at least one survivor\n", tok, MAX_RANKS);
       return 2;
     }
     double res[NSTAGES][MAX_REPS];
