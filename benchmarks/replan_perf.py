@@ -5,10 +5,12 @@ and fault for every schedule, one after the other, and their ratios.
 
     replan_perf --hosts 3 --rails 3 --rate 100mbit --size 16M --seconds 20 --fault-at 4
     replan_perf --modes backup,balance,r2,auto --name mtc2
+    replan_perf --hosts 4 --rails 3 --down 0:0 --down 1:0 --down 1:1 --modes balance,r2,recursive
 
 For each schedule: a fresh testbed (named NAME0, NAME1, ...), failover_loop (built next to this
-program) runs the AllReduce in a loop with MEND_REPLAN set, and `nic_down` takes NIC RAIL of HOST
-down FAULT_AT seconds after the first timed iteration.  The plan-view agreement then makes every
+program) runs the AllReduce in a loop with MEND_REPLAN set, and `nic_down` takes each --down
+HOST:RAIL (default 0:0) down FAULT_AT seconds after the first timed iteration (two hosts with
+different losses: recursive R2).  The plan-view agreement then makes every
 rank plan under the degraded view; the iterations that start SETTLE seconds after the fault give
 the busbw "after" (median), those that end before it the busbw "before".  Every iteration is
 checked element by element (#wrong).  The ranks log NCCL_DEBUG_SUBSYS=TUNING, so the report also
@@ -50,15 +52,17 @@ def run_mode(a, tbmod, loop, mode, index):
     argv = [loop, "--op", "all_reduce", "--size", a.size, "--warmup", "2", "--timeout", str(timeout),
             "--seconds", str(a.seconds)]
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL,TUNING", "MEND_REPLAN": mode}
-    rec = {"kind": "nic_down", "host": a.host, "rail": a.rail, "args": [], "t": None}
+    recs = [{"kind": "nic_down", "host": h, "rail": r, "args": [], "t": None} for h, r in a.down]
     with tbmod.Testbed(hosts=a.hosts, rails=a.rails, rate=a.rate, prefix="%s%d" % (a.name, index)) as tb:
-        tb.check_fault("nic_down", a.host, a.rail)
+        for rec in recs:
+            tb.check_fault("nic_down", rec["host"], rec["rail"])
         job = tb.start(argv, ranks_per_host=1, env=env, timeout=timeout, fail_fast=True)
         start = fp.wait_loop_start(tb, job, timeout)
-        if start is not None:
+        for rec in recs if start is not None else []:
             tb.schedule(max(0.0, start + a.fault_at - time.monotonic()), fp.inject, tb, rec)
         res = job.wait()
         tb.wait_faults(5.0)
+    rec = {"t": max(r["t"] for r in recs) if all(r["t"] is not None for r in recs) else None}
     ranks = [fp.parse_rank(r.output or "") for r in res.ranks]
     its, _ = fp.merge(ranks)
     algbytes, factor, _ = fp.loop_info(ranks)
@@ -91,12 +95,18 @@ def main(argv=None):
     p.add_argument("--seconds", type=int, default=20, help="timed loop per schedule (20)")
     p.add_argument("--fault-at", type=float, default=4.0, help="seconds after the first timed iteration (4)")
     p.add_argument("--settle", type=float, default=3.0, help="seconds after the fault before 'after' counts (3)")
-    p.add_argument("--host", type=int, default=0, help="host that loses a NIC (0)")
-    p.add_argument("--rail", type=int, default=0, help="its NIC that goes down (0)")
+    p.add_argument("--down", action="append", default=None, metavar="HOST:RAIL",
+                   help="a NIC that goes down (repeatable; 0:0)")
     p.add_argument("--modes", default="backup,balance,r2", help="MEND_REPLAN values, in order (backup,balance,r2)")
     p.add_argument("--log", default=None, help="directory for every rank's output, as MODE.rankR.out")
     p.add_argument("--name", default="mtr", help="testbed name prefix, 'mt' + up to 8 letters/digits (mtr)")
     a = p.parse_args(argv)
+    try:
+        a.down = [tuple(int(x) for x in d.split(":")) for d in (a.down or ["0:0"])]
+        if any(len(d) != 2 or not 0 <= d[0] < a.hosts or not 0 <= d[1] < a.rails for d in a.down):
+            raise ValueError
+    except ValueError:
+        fp.die("--down takes HOST:RAIL within %d hosts x %d rails" % (a.hosts, a.rails))
     if not re.fullmatch(r"mt[a-z0-9]{1,8}", a.name):
         fp.die("--name %r must be 'mt' followed by 1 to 8 lower-case letters or digits" % a.name)
     if os.geteuid() != 0:
@@ -104,8 +114,8 @@ def main(argv=None):
     tbmod = fp.find_testbed()
     loop = fp.find_loop(argparse.Namespace(loop=None))
     modes = [m for m in a.modes.split(",") if m]
-    print("# replan_perf: %d hosts x %d rails at %s, AllReduce %s, nic_down host %d rail %d at %.1f s, %d s per schedule"
-          % (a.hosts, a.rails, a.rate, a.size, a.host, a.rail, a.fault_at, a.seconds))
+    print("# replan_perf: %d hosts x %d rails at %s, AllReduce %s, nic_down %s at %.1f s, %d s per schedule"
+          % (a.hosts, a.rails, a.rate, a.size, " ".join("host %d rail %d" % d for d in a.down), a.fault_at, a.seconds))
     print("# load average at start: %.2f %.2f %.2f" % os.getloadavg())
     rows = [run_mode(a, tbmod, loop, m, i) for i, m in enumerate(modes)]
     print("# load average at end:   %.2f %.2f %.2f" % os.getloadavg())
