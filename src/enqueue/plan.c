@@ -149,6 +149,31 @@ ncclResult_t mendPlanStage(struct mendPlan* plan, void* dst, const void* src, si
   return ncclSuccess;
 }
 
+/* ---- the split over channels ---- */
+
+ncclResult_t mendPlanSplit(const int* weights, int n, size_t count, size_t align, size_t* off, size_t* len) {
+  MENDARGCHECK(n >= 1 && n <= MEND_MAXCHANNELS && align >= 1, ncclInternalError,
+               "Planner: cannot split %zu elements over %d channels (alignment %zu)", count, n, align);
+  size_t total = 0;
+  for (int c = 0; c < n; c++) {
+    MENDARGCHECK(weights[c] >= 1 && weights[c] <= MEND_VIEW_MAX_WEIGHT, ncclInternalError,
+                 "Planner: channel %d has weight %d (1..%d)", c, weights[c], MEND_VIEW_MAX_WEIGHT);
+    total += (size_t)weights[c];
+  }
+  /* Window c holds ceil(count * w_c / total) elements rounded up to the alignment, the last ones
+   * clipped at count: equal weights give alignUp(divUp(count, n)) per channel, the even split.  The
+   * product is taken in two parts so it cannot overflow (total <= 64 x MEND_VIEW_MAX_WEIGHT). */
+  size_t q = count / total, r = count % total, at = 0;
+  for (int c = 0; c < n; c++) {
+    size_t w = (size_t)weights[c];
+    size_t part = mendAlignUp(q * w + mendDivUp(r * w, total), align);
+    off[c] = at < count ? at : count;
+    len[c] = count - off[c] < part ? count - off[c] : part;
+    at = off[c] + len[c];
+  }
+  return ncclSuccess;
+}
+
 /* ---- collectives ---- */
 
 /* A tree from the graph layer when the channel has one, else a double binary tree on the ring. */
@@ -199,7 +224,11 @@ static ncclResult_t planColl(struct mendPlan* plan, struct mendPlanner* pl, cons
   MENDCHECK(mendTuneColl(comm, pl, op, nBytes, &ch));
   plan->estUs += ch.estUs;
   size_t align = ts < COLL_ALIGN_BYTES ? COLL_ALIGN_BYTES / ts : 1;
-  size_t part = mendAlignUp(mendDivUp(op->count, (size_t)ch.nChannels), align);
+  int weights[MEND_MAXCHANNELS];
+  size_t off[MEND_MAXCHANNELS], len[MEND_MAXCHANNELS];
+  int even = mendReplanBackupOnly(); /* MEND_REPLAN=backup: today's even split, whatever the view says */
+  for (int c = 0; c < ch.nChannels; c++) weights[c] = even ? 1 : plan->view->ch[c].weight;
+  MENDCHECK(mendPlanSplit(weights, ch.nChannels, op->count, align, off, len));
   struct mendWorkArgs args = {
     .buf = {NULL, (void*)op->sendbuff, op->recvbuff, NULL},
     .blockStride = {0, blockedSend ? op->count : 0, blockedRecv ? op->count : 0, 0},
@@ -208,11 +237,12 @@ static ncclResult_t planColl(struct mendPlan* plan, struct mendPlanner* pl, cons
     .typeSize = (uint32_t)ts,
     .redop = op->redop,
   };
-  for (int c = 0; c < ch.nChannels && (size_t)c * part < op->count; c++) {
+  for (int c = 0; c < ch.nChannels; c++) {
+    if (len[c] == 0) continue; /* every rank drops the same empty windows */
     struct mendProgram* prog;
     MENDCHECK(collProgram(comm, plan->view, op, ch.algo, c, &prog));
-    args.offset = (size_t)c * part;
-    args.count = op->count - args.offset < part ? op->count - args.offset : part;
+    args.offset = off[c];
+    args.count = len[c];
     MENDCHECK(mendPlanAddWork(plan, opIndex, c, prog, &args));
   }
   return ncclSuccess;
@@ -244,7 +274,12 @@ ncclResult_t mendPlanAddXfer(struct mendPlan* plan, int opIndex, int peer, int d
   int sender = dir == MEND_SEND ? comm->rank : peer, receiver = dir == MEND_SEND ? peer : comm->rank;
   int base, nCh;
   xferChannels(comm, pl, sender, receiver, bytes, &base, &nCh);
-  size_t part = mendAlignUp(mendDivUp(bytes, (size_t)nCh), COLL_ALIGN_BYTES);
+  /* The transfer's channels share it by their weights (the view's, alike at both ends). */
+  int weights[MEND_MAXCHANNELS];
+  size_t off[MEND_MAXCHANNELS], len[MEND_MAXCHANNELS];
+  int even = plan->view == NULL || mendReplanBackupOnly();
+  for (int i = 0; i < nCh; i++) weights[i] = even ? 1 : plan->view->ch[(base + i) % comm->nChannels].weight;
+  MENDCHECK(mendPlanSplit(weights, nCh, bytes, COLL_ALIGN_BYTES, off, len));
   int64_t chunk = mendParamP2pChunksize();
   struct mendWorkArgs args = {
     .chunkElems = chunk > 0 ? (size_t)chunk : SIZE_MAX / 2,
@@ -253,11 +288,12 @@ ncclResult_t mendPlanAddXfer(struct mendPlan* plan, int opIndex, int peer, int d
   };
   args.buf[dir == MEND_SEND ? MEND_BUF_SEND : MEND_BUF_RECV] = buf;
   plan->estUs += mendTuneP2pUs(comm, pl, bytes);
-  for (int i = 0; i < nCh && (size_t)i * part < bytes; i++) {
+  for (int i = 0; i < nCh; i++) {
+    if (len[i] == 0) continue;
     struct mendProgram* prog;
     MENDCHECK(dir == MEND_SEND ? mendGenP2pSend(peer, &prog) : mendGenP2pRecv(peer, &prog));
-    args.offset = (size_t)i * part;
-    args.count = bytes - args.offset < part ? bytes - args.offset : part;
+    args.offset = off[i];
+    args.count = len[i];
     MENDCHECK(mendPlanAddWork(plan, opIndex, (base + i) % comm->nChannels, prog, &args));
   }
   return ncclSuccess;

@@ -114,8 +114,14 @@ void mendPlanFree(struct mendPlan* plan);
  * connectors become requests.  Works sharing a connector run in plan order. */
 ncclResult_t mendPlanAddWork(struct mendPlan* plan, int opIndex, int channel, struct mendProgram* prog,
                              const struct mendWorkArgs* args);
+/* Split `count` elements over n channels in proportion to their weights (1..MEND_VIEW_MAX_WEIGHT):
+ * window c is [off[c], off[c] + len[c]), consecutive, each a multiple of `align` long but the last
+ * non-empty one, covering count exactly once; equal weights give the even split
+ * alignUp(divUp(count, n), align).  Every rank computes the same windows from the same weights. */
+ncclResult_t mendPlanSplit(const int* weights, int n, size_t count, size_t align, size_t* off, size_t* len);
 /* Building blocks of the P2P-based generators (gen_alltoall.c, gen_gather_scatter.c):
- * a transfer of `bytes` from/to buf with a peer, split over channels the same way on both sides,
+ * a transfer of `bytes` from/to buf with a peer, split over its channels by their weights the same
+ * way on both sides,
  * and a local copy. */
 ncclResult_t mendPlanAddXfer(struct mendPlan* plan, int opIndex, int peer, int dir, void* buf, size_t bytes);
 ncclResult_t mendPlanAddCopy(struct mendPlan* plan, int opIndex, const void* src, void* dst, size_t bytes);

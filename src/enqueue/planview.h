@@ -21,6 +21,7 @@ extern "C" {
 #define MEND_VIEW_MAX_CHANNELS 64 /* = MEND_MAXCHANNELS (checked in planview.c) */
 #define MEND_VIEW_MAX_NICS 32     /* = MEND_TOPO_MAX_NICS: NICs of one rank a view can name */
 #define MEND_VIEW_TREE_ARITY 3    /* = MEND_MAX_TREE_ARITY */
+#define MEND_VIEW_MAX_WEIGHT (1 << 20) /* largest channel weight (the split's products stay in 64 bits) */
 
 struct ncclComm;
 
@@ -43,6 +44,7 @@ struct mendPlanView {
   int nChannels;                           /* channels */
   int nNics;                               /* this rank's NICs (0: no net) */
   int nicOrder[MEND_VIEW_MAX_NICS];        /* failover order of this rank's NICs, nearest first */
+  int nicDist[MEND_VIEW_MAX_NICS];         /* distance of this rank's NIC d (PCIe/NUMA; equal: equally near) */
   struct mendViewChannel ch[MEND_VIEW_MAX_CHANNELS]; /* per channel */
   int* rings;                              /* storage of every channel's ring (nChannels x nRanks) */
   int* rankCap;                            /* per rank: usable share of its NIC bandwidth in permille
@@ -101,6 +103,21 @@ struct mendViewHealth {
  * rank gets the same shared part (hash) from the same (base rings, h, epoch, fromOp). */
 ncclResult_t mendReplanDerive(const struct mendPlanView* base, const struct mendViewHealth* h, uint32_t epoch,
                               uint64_t fromOp, struct mendPlanView** view);
+
+/* The NIC (rail) that the hop from -> to of `channel` uses in view v derived from picture h (v's
+ * rankNics filled): the first device of the receiver's failover chain (mendGraphNicChain, every NIC
+ * equally near) that both ends have and can use.  -1: a side has no NIC; -2: no usable NIC in common. */
+int mendReplanHopNic(const struct mendPlanView* v, const struct mendViewHealth* h, int channel, int from, int to);
+/* Can ranks x and y be ring neighbours under the picture (a usable rail in common, or no NICs)? */
+int mendReplanLinked(const struct mendPlanView* v, const struct mendViewHealth* h, int x, int y);
+/* Re-ranking (replan_rerank.c): when the picture leaves some pair of ranks without a common rail,
+ * every ring with such neighbours becomes a ring whose neighbours are linked (bridge ranks between
+ * mismatched ones, the base order kept where it can be), and every channel's tree is derived from
+ * its ring (double binary when all its edges are linked, else a chain along the ring).  No ring
+ * found: the base rings stay (WARN).  Shared: rings and trees follow from the picture and rings. */
+ncclResult_t mendReplanRerank(struct mendPlanView* v, const struct mendViewHealth* h);
+/* MEND_REPLAN=backup: re-planning keeps today's backup-only plan (weights, rings, failover chains). */
+int mendReplanBackupOnly(void);
 
 /* ---- the planner's ownership (planview.c) ---- */
 /* Hand `view` (sealed) to the planner of comm: in force at once when the planner has none (and kept

@@ -81,5 +81,15 @@ struct mendPlanView;
 ncclResult_t mendGraphPlanView(struct ncclComm* comm, struct mendPlanView** view);
 /* Build it and hand it to comm's planner (init, after the transport's graph set-up). */
 ncclResult_t mendGraphInstallView(struct ncclComm* comm);
+/* Up to `max` NICs of this rank nearest first (order) and each NIC's distance (dist[d], indexed by
+ * device; 0 beyond the NICs); returns how many NICs. */
+int mendGraphNicOrder(struct ncclComm* comm, int* order, int* dist, int max);
+/* The failover chain of a connection of `channel` whose primary NIC is `primary`, over NICs
+ * 0..nNics-1: the primary, then the other NICs nearest first (nicOrder; NULL: device order), each run
+ * of equally near NICs (dist[d] equal; dist NULL: all alike) taken cyclically after the primary and
+ * rotated by the channel's rank among the channels of its NIC (channel / nNics), so the channels of
+ * a failed NIC spread over its equally near peers instead of all landing on one.  Every rank
+ * computes the same chain from the same arguments.  Returns its length (0 when nNics <= 0). */
+int mendGraphNicChain(int channel, int primary, int nNics, const int* nicOrder, const int* dist, int* chain);
 
 #endif

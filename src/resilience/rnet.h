@@ -36,6 +36,10 @@ ncclResult_t mendRnetCtxCreate(const mendNet_t* base, void* baseCtx, struct nccl
  * connection's chain is its primary, then the receiver's order.  Without one, chains rotate from the
  * primary device.  Call before the first connection. */
 ncclResult_t mendRnetSetOrder(void* ctx, const int* order, int n);
+/* listen() for one connection with its own failover order (devices, primary first; the transport
+ * passes the channel's chain, mendGraphNicChain, so the channels of a failed NIC spread over the
+ * others): the receiver's order is the connection's chain at both ends. */
+ncclResult_t mendRnetListenOrdered(void* ctx, int dev, const int* order, int n, void* handle, void** listenComm);
 
 /* Is resilience on for this communicator?  MEND_RESILIENCE: 1 on, 0 off, -2 auto (on when the most
  * NICs any rank has is 2 or more, the same answer on every rank). */

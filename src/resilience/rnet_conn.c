@@ -8,9 +8,10 @@
  *   receiver: accept path 0's data comm, receive the sender's hello, connect every path's ctrl comm,
  *             send our hello on path 0's ctrl comm, accept the other paths' data comms.
  * Path 0 pairs the two primaries (the sender follows the receiver's choice, so they match).  The
- * failover chain after it is the receiver's order (its hello carries the topology's order, nearest
- * NIC first; without one, a rotation from the primary), over the devices both ends have, each path
- * pairing the same device index at both ends (rails).  Both ends compute it from the same hellos.
+ * failover chain after it is the receiver's order (its hello carries the connection's chain when the
+ * listen named one, mendRnetListenOrdered, else the topology's order, nearest NIC first; without
+ * either, a rotation from the primary), over the devices both ends have, each path pairing the same
+ * device index at both ends (rails).  Both ends compute it from the same hellos.
  */
 #include "resilience/rnet_priv.h"
 
@@ -32,6 +33,8 @@ struct rnetListen {
   char handles[MEND_RNET_MAX_PATHS][MEND_NET_HANDLE_MAXSIZE];  /* their handles */
   struct rnetComm* rc;                                         /* the connection being accepted */
   int accepted;                                                /* accept returned a comm already */
+  int nOrder;                                                  /* > 0: this connection's failover order */
+  int8_t order[MEND_RNET_MAX_PATHS];                           /* (mendRnetListenOrdered), else the ctx's */
 };
 
 static int capDevs(int n) { return n > MEND_RNET_MAX_PATHS ? MEND_RNET_MAX_PATHS : n; }
@@ -90,6 +93,18 @@ fail_close:
     if (lc->listens[d]) ctx->base->closeListen(lc->listens[d]);
   free(lc);
   return res;
+}
+
+ncclResult_t mendRnetListenOrdered(void* vctx, int dev, const int* order, int n, void* handle, void** listenComm) {
+  struct rnetCtx* ctx = vctx;
+  MENDARGCHECK(ctx && (order || n == 0) && n >= 0, ncclInvalidArgument, "NET/Resilient: listen: bad failover order");
+  MENDCHECK(mendRnetListen(vctx, dev, handle, listenComm));
+  struct rnetListen* lc = *listenComm;
+  for (int i = 0; i < n && lc->nOrder < MEND_RNET_MAX_PATHS; i++) {
+    if (order[i] < 0 || order[i] >= lc->nDevs) continue;
+    lc->order[lc->nOrder++] = (int8_t)order[i];
+  }
+  return ncclSuccess;
 }
 
 static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct rnetComm** out) {
@@ -405,6 +420,10 @@ ncclResult_t mendRnetAccept(void* listenComm, void** recvComm) {
   if (!lc->rc) {
     MENDCHECK(newComm(lc->ctx, 0, lc->dev, &lc->rc));
     struct rnetHello* me = &lc->rc->area->mine;
+    if (lc->nOrder > 0) { /* the receiver's order is the chain: this connection's own */
+      me->nOrder = lc->nOrder;
+      memcpy(me->order, lc->order, sizeof(me->order));
+    }
     for (int d = 0; d < lc->nDevs; d++) {
       memcpy(me->handles[d], lc->handles[d], MEND_NET_HANDLE_MAXSIZE);
       if (lc->listens[d]) me->validMask |= 1u << d;

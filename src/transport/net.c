@@ -12,12 +12,15 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "checks.h"
 #include "misc/cudrv.h"
 #include "misc/utils.h"
+#include "misc/param.h"
 #include "monitor/monitor.h"
 #include "proxy.h"
+#include "resilience/rnet.h"
 
 struct netConn {
   struct mendProxyConn pc;            /* first: the proxy's handle on us */
@@ -115,6 +118,20 @@ static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc
   return ncclSuccess;
 }
 
+/* The receiver's listen.  Over the resilient net the connection gets its channel's failover chain
+ * (mendGraphNicChain: equally near NICs rotate by channel), so when a NIC fails its channels spread
+ * over the others as re-planning's Balance expects; MEND_REPLAN=backup keeps the topology order. */
+static ncclResult_t netListen(struct ncclComm* comm, struct netConn* nc, void* handle) {
+  const char* mode = mendParamReplan();
+  const struct mendTopo* topo = comm->topo;
+  if (nc->net != &mendNetResilient || (mode && strcasecmp(mode, "backup") == 0))
+    return nc->net->listen(nc->ctx, nc->dev, handle, &nc->listenComm);
+  int dist[MEND_TOPO_MAX_NICS], chain[MEND_TOPO_MAX_NICS];
+  for (int d = 0; d < topo->nNics && d < MEND_TOPO_MAX_NICS; d++) dist[d] = topo->nics[d].dist;
+  int k = mendGraphNicChain(nc->conn->channel, nc->dev, topo->nNics, topo->nicOrder, dist, chain);
+  return mendRnetListenOrdered(nc->ctx, nc->dev, chain, k, handle, &nc->listenComm);
+}
+
 static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, struct mendConnInfo* mine) {
   struct mendTransport* t = comm->transport;
   struct netConn* nc;
@@ -161,7 +178,7 @@ static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, 
   }
   MENDCHECK(mendProxyBell(comm, &conn->peerBell));
   if (conn->dir == MEND_RECV) {
-    ncclResult_t res = nc->net->listen(nc->ctx, nc->dev, mine->u.net.handle, &nc->listenComm);
+    ncclResult_t res = netListen(comm, nc, mine->u.net.handle);
     if (res != ncclSuccess) {
       WARN("NET/%s: listen on device %d failed (error %d)", nc->net->name, nc->dev, res);
       return res;
