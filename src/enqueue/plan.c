@@ -256,8 +256,11 @@ static void xferChannels(struct ncclComm* comm, struct mendPlanner* pl, int send
   int n = comm->nRanks, peer = sender == comm->rank ? receiver : sender;
   int64_t perPeer = mendParamP2pNchannelsPerPeer();
   if (pl->connOps->kindOf(comm, peer) == MEND_TRANSPORT_NET) {
+    /* Default: host mode has one channel per rail (max(2, NICs)), so a transfer over all of them
+     * loads every rail alike (2 of 3 rails left one idle and AlltoAll doubled one); device mode
+     * has a channel per CTA: 2, as NCCL. */
     int cfg = comm->config.nChannelsPerNetPeer;
-    perPeer = (cfg > 0 && cfg != NCCL_CONFIG_UNDEF_INT) ? cfg : 2;
+    perPeer = (cfg > 0 && cfg != NCCL_CONFIG_UNDEF_INT) ? cfg : comm->hostMode ? comm->nChannels : 2;
   }
   int64_t byBytes = (int64_t)(bytes / (size_t)(mendParamP2pChannelBytes() > 0 ? mendParamP2pChannelBytes() : 1));
   int64_t k = byBytes < perPeer ? byBytes : perPeer;
