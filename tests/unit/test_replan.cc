@@ -618,6 +618,11 @@ TEST(ReplanDerive, BackupOnlyKeepsTodaysPlan) {
   }
   EXPECT_EQ(views[3].v->ch[1].netDev, 0) << "the first usable NIC of the topology order";
   EXPECT_EQ(views[3].v->rankCap[3], 667);
+  // Backup-only is what Balance improves on: rank 3's NIC 0 carries 2 of its 3 equal channels,
+  // above the surviving-capacity bound (half) that Balance meets (OneNicOfOneHostDown).
+  int onNic0 = 0;
+  for (int c = 0; c < 3; c++) onNic0 += views[3].v->ch[c].netDev == 0;
+  EXPECT_EQ(onNic0, 2);
 }
 
 TEST(ReplanDerive, BadPictureRefused) {
