@@ -6,8 +6,9 @@
 #   make san-tests   builds the GoogleTest suite with ASan+UBSan into $(SAN_BUILDDIR)
 #                    (default $(BUILDDIR)/asan); tests/run.sh runs it after the normal suite.
 #   make tsan-tests  the same with TSan into $(TSAN_BUILDDIR) (default $(BUILDDIR)/tsan); tests/run.sh
-#                    runs its Rnet/Engine/NetSocket suites when it is built (not part of `make test`).
-# `make test` builds fuzz (where clang is) and san-tests too (MEND_CI_SANITIZERS=0 leaves them out).
+#                    runs its Rnet, NetSocket and lighter Engine suites (MEND_TSAN_FILTER).
+# `make test` builds fuzz (where clang is), san-tests and tsan-tests too (MEND_CI_SANITIZERS=0 leaves
+# them out).
 FUZZ_CC       ?= clang
 FUZZ_DIR      := $(BUILDDIR)/fuzz
 FUZZ_SRC      := $(wildcard tests/fuzz/fuzz_*.c)
@@ -53,7 +54,7 @@ tsan-tests:
 	+nice -n 10 $(MAKE) --no-print-directory TSAN=1 ASAN=0 UBSAN=0 BUILDDIR=$(TSAN_BUILDDIR) $(TSAN_BUILDDIR)/tests/unit_tests
 
 ifneq ($(MEND_CI_SANITIZERS),0)
-test: $(if $(HAVE_FUZZ_CC),fuzz) san-tests
+test: $(if $(HAVE_FUZZ_CC),fuzz) san-tests tsan-tests
 endif
 
 -include $(shell find $(FUZZ_DIR) -name '*.d' 2>/dev/null)
