@@ -168,7 +168,9 @@ static ncclResult_t completeAll(struct ncclComm* comm, struct connectJob* job) {
       if (res == ncclInProgress) continue;
       if (res != ncclSuccess) return res;
       job->done[i] = 1;
+      pthread_mutex_lock(&comm->transport->lock);  /* peerGone reads it on the bootstrap's thread */
       conn->connected = 1;
+      pthread_mutex_unlock(&comm->transport->lock);
       left--;
     }
     if (left == 0) break;
