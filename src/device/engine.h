@@ -27,6 +27,24 @@ extern "C" {
 struct ncclComm;
 struct mendConnector;
 
+/* The operation a work belongs to, as its first slot on every connector carries it (the slot's last
+ * MEND_OPSIG_BYTES, behind the data or alone in a slot of its own: opsig.h).  The receiver compares
+ * it with its own, so ranks that run different operations fail with ncclInvalidUsage naming both
+ * calls instead of mixing data.  magic 0: an unsigned work (built by hand in tests), no framing. */
+struct mendOpSig {
+  uint32_t magic;   /* MEND_OPSIG_MAGIC, or 0 */
+  uint8_t func;     /* enum mendFunc; ncclSend and ncclRecv both MEND_FUNC_SENDRECV */
+  uint8_t type;     /* ncclDataType_t; 0xff for send/recv (bytes are what must match) */
+  uint8_t redKind;  /* enum mendRedKind of a reducing function, 0xff otherwise */
+  uint8_t reserved; /* 0 */
+  int32_t root;     /* root of Broadcast, Reduce, Gather, Scatter; -1 otherwise */
+  uint32_t zero;    /* 0 */
+  uint64_t opCount; /* collective sequence number (send/recv: when called; not compared with the peer's) */
+  uint64_t count;   /* NCCL's count argument; bytes for send/recv */
+};
+#define MEND_OPSIG_MAGIC 0x4753504du /* "MPSG" */
+#define MEND_OPSIG_BYTES 32           /* sizeof(struct mendOpSig) on the wire */
+
 /* What a program runs on: everything the program itself leaves open. */
 struct mendWorkArgs {
   void* buf[MEND_NBUFS];            /* base pointer of each enum mendBufId (NULL when unused) */
@@ -37,6 +55,7 @@ struct mendWorkArgs {
   uint32_t alignElems;              /* chunk granularity (elements) for balanced last loops */
   uint32_t typeSize;                /* bytes per element */
   struct mendRedOp redop;           /* resolved reduction (ignored by programs that only copy) */
+  struct mendOpSig sig;             /* the operation, carried with the first slot on each connector */
 };
 
 /* Position of a work in its program. */
@@ -55,6 +74,7 @@ struct mendWorkState {
   int started;                     /* its connectors are free of earlier works */
   int deps[MEND_PROG_MAX_PEERS];   /* index of the earlier work that last used each connector, -1 */
   uint64_t steps;                  /* steps executed (stall reports, tests) */
+  uint32_t sigDone;                /* bit i: the signature went (send) or was checked (recv) on conns[i] */
 };
 
 struct mendWork {

@@ -13,6 +13,7 @@
 #include "device/engine.h"
 #include "device/kernel.h"
 #include "device/launch.h"
+#include "device/opsig.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 
@@ -124,7 +125,15 @@ ncclResult_t mendExecPollError(struct ncclComm* comm) {
   struct mendDevState* st = comm->devState;
   int32_t err = st ? __atomic_load_n(&st->error, __ATOMIC_ACQUIRE) : 0;
   if (err != 0 && __atomic_exchange_n(&st->reported, 1, __ATOMIC_ACQ_REL) == 0) {
-    if (err == ncclInvalidUsage)
+    if (err == ncclInvalidUsage && st->errSig) {
+      union mendOpSigWords mine, peer;
+      for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) {
+        mine.w[i] = st->errSigMine[i];
+        peer.w[i] = st->errSigPeer[i];
+      }
+      (void)mendOpSigMismatch(comm, st->errChannel, st->errPeer, &mine.s,
+                              peer.s.magic == MEND_OPSIG_MAGIC ? &peer.s : NULL, st->errGot);
+    } else if (err == ncclInvalidUsage)
       WARN("Rank %d: received %llu bytes from rank %d where %llu were expected (lane %d, work %d): the ranks "
            "disagree on the operation (count, datatype, root or call order)", comm->rank,
            (unsigned long long)st->errGot, st->errPeer, (unsigned long long)st->errWant, st->errLane, st->errWork);

@@ -8,6 +8,7 @@
  * and nothing waits forever after an abort.
  */
 #include "device/engine.h"
+#include "device/opsig.h"
 #include "device/walk.h"
 
 #include <sched.h>
@@ -16,6 +17,7 @@
 
 #include "checks.h"
 #include "comm.h"
+#include "enqueue/plan.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "transport/transport.h"
@@ -68,7 +70,32 @@ static void moveData(const struct mendWork* w, const struct mendProgStep* s, int
   }
 }
 
-/* 1: executed (or nothing to do), 0: blocked, -1: error in *res. */
+/* A received slot whose byte count is not what this rank expects: the ranks disagree on the operation. */
+static int badBytes(const struct mendWork* w, const struct mendConnector* rc, uint64_t got, uint64_t want,
+                    ncclResult_t* res) {
+  WARN("Rank %d channel %d: received %lu bytes from rank %d where %lu were expected: the ranks disagree "
+       "on the operation (count, datatype, root or call order)",
+       w->comm->rank, w->channel, (unsigned long)got, rc->peer, (unsigned long)want);
+  mendCommSetAsyncError(w->comm, ncclInvalidUsage);
+  *res = ncclInvalidUsage;
+  return -1;
+}
+
+/* The first slot of the work from rc (opsig.h): its last MEND_OPSIG_BYTES must be our signature.
+ * 0 when they are, -1 (WARN naming both calls) otherwise. */
+static int sigCheck(const struct mendWork* w, const struct mendConnector* rc, const char* in, uint64_t got,
+                    ncclResult_t* res) {
+  int64_t off = mendOpSigOffset(got, rc->slotBytes);
+  union mendOpSigWords theirs;
+  if (off >= 0) memcpy(&theirs, in + off, sizeof theirs);
+  if (off >= 0 && mendOpSigSame(&theirs.s, &w->args.sig)) return 0;
+  *res = mendOpSigMismatch(w->comm, w->channel, rc->peer, &w->args.sig,
+                           off >= 0 && theirs.s.magic == MEND_OPSIG_MAGIC ? &theirs.s : NULL, got);
+  return -1;
+}
+
+/* 1: executed (or nothing to do), 2: moved a signature slot only (the step stays), 0: blocked,
+ * -1: error in *res. */
 static int tryStep(struct mendWork* w, ncclResult_t* res) {
   const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
   int seg = mendWalkSeg(&w->st.walk, w->prog);
@@ -76,35 +103,74 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   if (n == 0) return 1; /* every rank computes the same empty segment and skips it */
   struct mendConnector* rc = (s->op & MEND_STEP_RECV) ? w->conns[s->recvPeer] : NULL;
   struct mendConnector* sc = (s->op & MEND_STEP_SEND) ? w->conns[s->sendPeer] : NULL;
+  int sig = w->args.sig.magic != 0;
+  int rFirst = rc && sig && !(w->st.sigDone >> s->recvPeer & 1);
+  int sFirst = sc && sig && !(w->st.sigDone >> s->sendPeer & 1);
   uint64_t rHead = 0, sTail = 0;
   const char* in = NULL;
   char* out = NULL;
   size_t bytes = n * w->args.typeSize;
   if (rc) {
     rHead = mendFifoPeek(&rc->fifo->head);
-    if (mendFifoLoad(&rc->fifo->tail) <= rHead) return 0;
-    int slot = (int)(rHead % (uint64_t)rc->nSlots);
-    if (rc->fifo->bytes[slot] != bytes) {
-      WARN("Rank %d channel %d: received %lu bytes from rank %d where %zu were expected: the ranks disagree "
-           "on the operation (count, datatype, root or call order)",
-           w->comm->rank, w->channel, (unsigned long)rc->fifo->bytes[slot], rc->peer, bytes);
-      *res = ncclInvalidUsage;
-      return -1;
+    if (mendFifoLoad(&rc->fifo->tail) <= rHead) {
+      if (rFirst && !(w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1)) { /* see sigScan */
+        union mendOpSigWords want = {.s = w->args.sig};
+        for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], want.w[i]);
+        w->st.sigDone |= 1u << (MEND_PROG_MAX_PEERS + s->recvPeer);
+      }
+      return 0;
     }
+    int slot = (int)(rHead % (uint64_t)rc->nSlots);
+    uint64_t got = rc->fifo->bytes[slot], want = bytes;
     in = rc->buff + (size_t)slot * rc->slotBytes;
+    if (rFirst) {
+      if (sigCheck(w, rc, in, got, res) < 0) return -1;
+      want = mendOpSigFramed(bytes, rc->slotBytes);
+      if (want == 0) { /* the signature came alone, the data follows */
+        if (got != MEND_OPSIG_BYTES) return badBytes(w, rc, got, MEND_OPSIG_BYTES, res);
+        w->st.sigDone |= 1u << s->recvPeer;
+        if (w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1) {
+          for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], 0);
+          w->st.sigDone &= ~(1u << (MEND_PROG_MAX_PEERS + s->recvPeer));
+        }
+        mendFifoStore(&rc->fifo->head, rHead + 1);
+        ring(rc->peerBell);
+        return 2;
+      }
+    }
+    if (got != want) return badBytes(w, rc, got, want, res);
   }
   if (sc) {
     sTail = mendFifoPeek(&sc->fifo->tail);
     if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) return 0;
     out = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
+    if (sFirst && mendOpSigFramed(bytes, sc->slotBytes) == 0) { /* a full first slot: the signature goes alone */
+      memcpy(out, &w->args.sig, MEND_OPSIG_BYTES);
+      sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = MEND_OPSIG_BYTES;
+      mendFifoStore(&sc->fifo->tail, sTail + 1);
+      ring(sc->peerBell);
+      w->st.sigDone |= 1u << s->sendPeer;
+      return 2;
+    }
   }
   moveData(w, s, seg, n, in, out);
   if (sc) {
-    sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = bytes;
+    uint64_t posted = bytes;
+    if (sFirst) { /* the signature behind the data */
+      posted = mendOpSigFramed(bytes, sc->slotBytes);
+      memcpy(out + posted - MEND_OPSIG_BYTES, &w->args.sig, MEND_OPSIG_BYTES);
+      w->st.sigDone |= 1u << s->sendPeer;
+    }
+    sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = posted;
     mendFifoStore(&sc->fifo->tail, sTail + 1);
     ring(sc->peerBell);
   }
   if (rc) {
+    if (rFirst) w->st.sigDone |= 1u << s->recvPeer;
+    if (w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1) { /* no longer waiting */
+      for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], 0);
+      w->st.sigDone &= ~(1u << (MEND_PROG_MAX_PEERS + s->recvPeer));
+    }
     mendFifoStore(&rc->fifo->head, rHead + 1);
     ring(rc->peerBell);
   }
@@ -169,6 +235,84 @@ static ncclResult_t checkConns(struct mendWork** works, const int* active, int n
   return ncclSuccess;
 }
 
+/* ---- operations that share no connector ----
+ * Ranks that disagree on the operation may never exchange a slot on the connectors they wait on
+ * (an AllReduce against an AlltoAll: collective against P2P connectors; Reduce with two different
+ * roots: both only receive).  A stalled run therefore looks, every SCAN_NS, at the connectors of its
+ * communicators that none of its works uses:
+ *   - a received slot waiting there is a peer's first slot of some work: if it is for the collective
+ *     count of one of ours, the peer runs that count as another operation;
+ *   - the signature a consumer waits with (fifo->want, seen by both ends on p2p and shm): if the
+ *     peer waits there for the collective count of one of ours, likewise.
+ * Send/receive signatures carry no collective count and are never judged this way. */
+#define SCAN_NS (50 * 1000000ull)  /* stalled this long before a scan, then between scans */
+#define LATE_NS (1000 * 1000000ull) /* stalled this long before our receives judge a peer's collective */
+
+static int usedBy(struct mendWork** works, int nWorks, const struct mendConnector* c) {
+  for (int i = 0; i < nWorks; i++)
+    for (int p = 0; p < works[i]->prog->nPeers; p++)
+      if (works[i]->conns[p] == c) return 1;
+  return 0;
+}
+
+/* Our collective that `theirs` contradicts (NULL: none).  A peer's slot, or the receive it waits in,
+ * for a collective count at or before one of our collectives now running is a mismatch: we passed that
+ * count without it.  A pending send's count says nothing (it may wait for a receive after our
+ * collective); a peer *waiting* in a receive called at or before our count cannot reach our collective
+ * before we send to it. */
+static const struct mendOpSig* ourOp(struct mendWork** works, int nWorks, const struct ncclComm* comm,
+                                     const struct mendOpSig* theirs, int waiting, int late) {
+  if (theirs->magic != MEND_OPSIG_MAGIC || (theirs->func == MEND_FUNC_SENDRECV && !waiting)) return NULL;
+  const struct mendOpSig *found = NULL, *recv = NULL;
+  for (int i = 0; i < nWorks; i++) {
+    const struct mendOpSig* s = &works[i]->args.sig;
+    if (works[i]->comm != comm || s->magic != MEND_OPSIG_MAGIC) continue;
+    if (mendOpSigSame(s, theirs)) return NULL; /* ours: one of our works will take it */
+    if (s->func != MEND_FUNC_SENDRECV && s->opCount >= theirs->opCount && (!found || s->opCount < found->opCount))
+      found = s;
+    if (s->func == MEND_FUNC_SENDRECV && s->opCount <= theirs->opCount) recv = s;
+  }
+  /* Only sends and receives of ours, called before the collective the peer is in: it cannot send to us
+   * before that collective ends, which needs us.  Judged late (LATE_NS): data of a send it made before
+   * that collective may still be on its way on another connection. */
+  return found ? found : (late && theirs->func != MEND_FUNC_SENDRECV ? recv : NULL);
+}
+
+/* One connector nobody of this run uses: mismatch when it shows a peer's operation of our count. */
+static ncclResult_t scanConn(struct mendWork** works, int nWorks, struct ncclComm* comm, struct mendConnector* c,
+                             int late) {
+  union mendOpSigWords theirs = {.w = {0}};
+  if (c->dir == MEND_RECV) {
+    uint64_t head = mendFifoPeek(&c->fifo->head);
+    if (mendFifoLoad(&c->fifo->tail) <= head) return ncclSuccess;
+    int slot = (int)(head % (uint64_t)c->nSlots);
+    int64_t off = mendOpSigOffset(c->fifo->bytes[slot], c->slotBytes);
+    if (off < 0) return ncclSuccess;
+    memcpy(&theirs, c->buff + (size_t)slot * c->slotBytes + off, sizeof theirs);
+  } else {
+    for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) theirs.w[i] = mendFifoLoad(&c->fifo->want[i]);
+  }
+  const struct mendOpSig* mine = ourOp(works, nWorks, comm, &theirs.s, c->dir == MEND_SEND, late);
+  if (mine == NULL || mendOpSigSame(mine, &theirs.s)) return ncclSuccess;
+  return mendOpSigMismatch(comm, c->channel, c->peer, mine, &theirs.s, 0);
+}
+
+static ncclResult_t sigScan(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms, int late) {
+  for (int i = 0; i < nComms; i++) {
+    struct ncclComm* comm = comms[i];
+    if (comm->planner == NULL) continue;
+    const struct mendConnOps* ops = comm->planner->connOps;
+    for (int ch = 0; ch < comm->nChannels; ch++)
+      for (int peer = 0; peer < comm->nRanks; peer++)
+        for (int k = 0; k < MEND_NCONN_INDEX * 2 && peer != comm->rank; k++) {
+          struct mendConnector* c = ops->get(comm, ch, peer, k % 2 ? MEND_RECV : MEND_SEND, k / 2);
+          if (c == NULL || usedBy(works, nWorks, c)) continue;
+          MENDCHECK(scanConn(works, nWorks, comm, c, late));
+        }
+  }
+  return ncclSuccess;
+}
+
 static void reportStall(struct mendWork** works, int nWorks, int64_t ms) {
   int shown = 0;
   WARN("Host engine: no progress for %ld ms; stuck steps follow", (long)ms);
@@ -201,8 +345,9 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
     int r;
     while (!w->st.walk.done && (r = tryStep(w, res)) != 0) {
       if (r < 0) return -1;
-      w->st.steps++;
       moved++;
+      if (r == 2) continue; /* a signature slot moved; the step itself is still to run */
+      w->st.steps++;
       mendWalkAdvance(&w->st.walk, w->prog, &w->args);
     }
     if (w->st.walk.done) {
@@ -216,6 +361,7 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
 /* Idle handling after a pass that moved nothing: spin (yielding), then sleep on a doorbell. */
 struct idle {
   uint64_t since, warnAt; /* start of the idle period; next stall report */
+  uint64_t scanAt;        /* next sigScan */
   int64_t spinNs, stallMs; /* MEND_SPIN_US, MEND_STALL_WARN_MS */
   int next;               /* bell to sleep on next */
 };
@@ -226,6 +372,7 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
   if (id->since == 0) {
     id->since = now;
     id->warnAt = id->stallMs > 0 ? now + (uint64_t)id->stallMs * 1000000ull : UINT64_MAX;
+    id->scanAt = now + SCAN_NS;
   }
   if ((int64_t)(now - id->since) < id->spinNs) {
     sched_yield();
@@ -269,6 +416,10 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
     if (nActive == 0) break;
     MENDCHECKGOTO(checkConns(works, active, nActive), res, exit);
     MENDCHECKGOTO(checkComms(comms, nComms), res, exit);
+    if (id.since != 0 && mendTimeNs() >= id.scanAt) {
+      MENDCHECKGOTO(sigScan(works, nWorks, comms, nComms, mendTimeNs() - id.since >= LATE_NS), res, exit);
+      id.scanAt = mendTimeNs() + SCAN_NS;
+    }
     idleWait(&id, works, nWorks, comms, nBells, seen);
   }
 exit:

@@ -13,6 +13,7 @@
  */
 #include "device/kernel.h"
 #include "device/kernel_sync.h"
+#include "device/opsig.h"
 #include "device/walk.h"
 
 /* What a CTA keeps in shared memory for the work it runs. */
@@ -25,6 +26,7 @@ struct KShared {
   char* out;                                   /* this step's slot to post */
   uint64_t scalar;                             /* PreMulSum scalar bytes */
   int32_t stop;                                /* 1: leave (abort or error) */
+  uint32_t sigDone;                            /* bit i: the signature went or was checked on conns[i] */
 };
 
 /* Per-call constants of the element loops. */
@@ -237,6 +239,34 @@ KDEV void kFail(const struct mendDevLaunch* L, KShared* sh, int32_t code, uint32
   sh->stop = 1;
 }
 
+/* The first slot of a work from c (opsig.h) must end with our signature; else the ranks run different
+ * operations: record both signatures and fail.  1 when it matches. */
+KDEV int kSigCheck(const struct mendDevLaunch* L, KShared* sh, const struct mendDevConn* c, const char* in,
+                   uint64_t got, uint32_t lane, uint32_t work) {
+  int64_t off = mendOpSigOffset(got, c->slotBytes);
+  union mendOpSigWords mine, theirs;
+  mine.s = sh->w.args.sig;
+  for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) theirs.w[i] = off >= 0 ? kLoadVol64((const uint64_t*)(in + off) + i) : 0;
+  if (off >= 0 && mendOpSigSame(&mine.s, &theirs.s)) return 1;
+  struct mendDevState* st = L->state;
+  if (kCas32(&st->error, 0, ncclInvalidUsage) == 0) {
+    for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) {
+      st->errSigMine[i] = mine.w[i];
+      st->errSigPeer[i] = theirs.w[i];
+    }
+    st->errSig = 1;
+    st->errChannel = sh->w.channel;
+    st->errLane = (int32_t)lane;
+    st->errWork = (int32_t)work;
+    st->errPeer = c->peer;
+    st->errGot = got;
+    kFenceSys();
+  }
+  kRunStop();
+  sh->stop = 1;
+  return 0;
+}
+
 KDEV int kStopped(const struct mendDevLaunch* L) {
   return kLoadVol32(&L->state->abortFlag) != 0 || kLoadVol32(&L->state->error) != 0 || kRunStopped();
 }
@@ -247,31 +277,67 @@ KDEV void kWaitSlots(const struct mendDevLaunch* L, KShared* sh, const struct me
   uint32_t spins = 0, every = L->abortSpins ? L->abortSpins : 1;
   if (s->op & MEND_STEP_RECV) {
     const struct mendDevConn* c = sh->w.conns + s->recvPeer;
-    uint64_t head = sh->mine[s->recvPeer];
-    while (sh->seen[s->recvPeer] <= head) {
-      sh->seen[s->recvPeer] = kLoadAcq(&c->fifo->tail);
-      if (sh->seen[s->recvPeer] > head) break;
-      if (++spins % every == 0 && kStopped(L)) { sh->stop = 1; return; }
-      kPause();
+    int first = sh->w.args.sig.magic != 0 && !(sh->sigDone >> s->recvPeer & 1);
+    for (;;) {
+      uint64_t head = sh->mine[s->recvPeer];
+      while (sh->seen[s->recvPeer] <= head) {
+        sh->seen[s->recvPeer] = kLoadAcq(&c->fifo->tail);
+        if (sh->seen[s->recvPeer] > head) break;
+        if (++spins % every == 0 && kStopped(L)) { sh->stop = 1; return; }
+        kPause();
+      }
+      uint32_t slot = (uint32_t)(head % (uint64_t)c->nSlots);
+      uint64_t got = kLoadVol64(&c->fifo->bytes[slot]), want = bytes;
+      char* in = c->buff + (uint64_t)slot * c->slotBytes;
+      if (first) {
+        if (!kSigCheck(L, sh, c, in, got, lane, work)) return;
+        want = mendOpSigFramed(bytes, c->slotBytes);
+        if (want == 0) { /* the signature came alone: take it, then wait for the data */
+          if (got != MEND_OPSIG_BYTES) {
+            kFail(L, sh, ncclInvalidUsage, lane, work, c->peer, MEND_OPSIG_BYTES, got);
+            return;
+          }
+          sh->sigDone |= 1u << s->recvPeer;
+          kStoreRel(&c->fifo->head, ++sh->mine[s->recvPeer]);
+          first = 0;
+          continue;
+        }
+      }
+      if (got != want) {
+        kFail(L, sh, ncclInvalidUsage, lane, work, c->peer, want, got);
+        return;
+      }
+      sh->in = in;
+      break;
     }
-    uint32_t slot = (uint32_t)(head % (uint64_t)c->nSlots);
-    uint64_t got = kLoadVol64(&c->fifo->bytes[slot]);
-    if (got != bytes) {
-      kFail(L, sh, ncclInvalidUsage, lane, work, c->peer, bytes, got);
-      return;
-    }
-    sh->in = c->buff + (uint64_t)slot * c->slotBytes;
   }
   if (s->op & MEND_STEP_SEND) {
     const struct mendDevConn* c = sh->w.conns + s->sendPeer;
-    uint64_t tail = sh->mine[s->sendPeer];
-    while (tail - sh->seen[s->sendPeer] >= (uint64_t)c->nSlots) {
-      sh->seen[s->sendPeer] = kLoadAcq(&c->fifo->head);
-      if (tail - sh->seen[s->sendPeer] < (uint64_t)c->nSlots) break;
-      if (++spins % every == 0 && kStopped(L)) { sh->stop = 1; return; }
-      kPause();
+    int alone = sh->w.args.sig.magic != 0 && !(sh->sigDone >> s->sendPeer & 1) &&
+                mendOpSigFramed(bytes, c->slotBytes) == 0;
+    for (;;) {
+      uint64_t tail = sh->mine[s->sendPeer];
+      while (tail - sh->seen[s->sendPeer] >= (uint64_t)c->nSlots) {
+        sh->seen[s->sendPeer] = kLoadAcq(&c->fifo->head);
+        if (tail - sh->seen[s->sendPeer] < (uint64_t)c->nSlots) break;
+        if (++spins % every == 0 && kStopped(L)) { sh->stop = 1; return; }
+        kPause();
+      }
+      char* out = c->buff + (tail % (uint64_t)c->nSlots) * c->slotBytes;
+      if (alone) { /* a full first slot: the signature goes alone, in a slot before the data */
+        union mendOpSigWords sig;
+        sig.s = sh->w.args.sig;
+        for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) kStoreVol64((uint64_t*)out + i, sig.w[i]);
+        kStoreVol64(&c->fifo->bytes[tail % (uint64_t)c->nSlots], MEND_OPSIG_BYTES);
+        kStoreRel(&c->fifo->tail, tail + 1);
+        sh->mine[s->sendPeer] = tail + 1;
+        sh->sigDone |= 1u << s->sendPeer;
+        alone = 0;
+        continue;
+      }
+      sh->out = out;
+      break;
     }
-    sh->out = c->buff + (tail % (uint64_t)c->nSlots) * c->slotBytes;
   }
 }
 
@@ -279,13 +345,22 @@ KDEV void kWaitSlots(const struct mendDevLaunch* L, KShared* sh, const struct me
 KDEV void kPost(KShared* sh, const struct mendProgStep* s, uint64_t bytes) {
   if (s->op & MEND_STEP_SEND) {
     const struct mendDevConn* c = sh->w.conns + s->sendPeer;
-    uint64_t tail = sh->mine[s->sendPeer];
-    kStoreVol64(&c->fifo->bytes[tail % (uint64_t)c->nSlots], bytes);
+    uint64_t tail = sh->mine[s->sendPeer], posted = bytes;
+    if (sh->w.args.sig.magic != 0 && !(sh->sigDone >> s->sendPeer & 1)) { /* the signature behind the data */
+      union mendOpSigWords sig;
+      sig.s = sh->w.args.sig;
+      posted = mendOpSigFramed(bytes, c->slotBytes);
+      for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++)
+        kStoreVol64((uint64_t*)(sh->out + posted - MEND_OPSIG_BYTES) + i, sig.w[i]);
+      sh->sigDone |= 1u << s->sendPeer;
+    }
+    kStoreVol64(&c->fifo->bytes[tail % (uint64_t)c->nSlots], posted);
     kStoreRel(&c->fifo->tail, tail + 1);
     sh->mine[s->sendPeer] = tail + 1;
   }
   if (s->op & MEND_STEP_RECV) {
     const struct mendDevConn* c = sh->w.conns + s->recvPeer;
+    sh->sigDone |= 1u << s->recvPeer;
     kStoreRel(&c->fifo->head, ++sh->mine[s->recvPeer]);
   }
 }
@@ -317,6 +392,7 @@ KDEV void kLoadWork(const KGrp& g, const struct mendDevLaunch* L, KShared* sh, u
         ((char*)&sh->scalar)[b] = ((const char*)op->scalarPtr)[b];
     }
     sh->stop = 0;
+    sh->sigDone = 0;
   }
   kSync(g);
 }

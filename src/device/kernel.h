@@ -53,6 +53,10 @@ struct mendDevState {
   volatile int32_t reported; /* host side: the error was WARNed and made asynchronous */
   volatile uint64_t errWant;
   volatile uint64_t errGot;
+  volatile int32_t errSig;     /* 1: the operation signatures differ (errSigMine/errSigPeer), 0: byte counts */
+  volatile int32_t errChannel; /* channel of the failed work */
+  volatile uint64_t errSigMine[MEND_OPSIG_BYTES / 8]; /* this rank's signature (struct mendOpSig) */
+  volatile uint64_t errSigPeer[MEND_OPSIG_BYTES / 8]; /* what the peer's first slot held (magic 0: none) */
 };
 
 /* The kernel's one parameter. */

@@ -12,6 +12,7 @@
 
 #include "checks.h"
 #include "comm.h"
+#include "device/opsig.h"
 #include "enqueue/planview.h"
 #include "misc/param.h"
 #include "misc/utils.h"
@@ -377,7 +378,9 @@ ncclResult_t mendPlanBuildView(struct ncclComm* comm, const struct mendPlanView*
     TRACE(NCCL_TUNING, "%s: opCount %llu rank %d plan view epoch %u hash %016llx", mendFuncName(ops[i].func),
           (unsigned long long)ops[i].opCount, comm->rank, plan->view->epoch,
           (unsigned long long)mendPlanViewOpHash(plan->view, ops[i].opCount));
+    int first = plan->nWorks;
     MENDCHECKGOTO(planOp(plan, pl, ops + i, i), res, fail_free_plan);
+    mendOpSigFill(plan->works + first, plan->nWorks - first, ops + i); /* carried with each first slot */
   }
   plan->view = NULL; /* the planner may replace it after this call */
   *out = plan;

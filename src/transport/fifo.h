@@ -17,6 +17,10 @@ struct mendFifo {
   uint64_t head;                   /* slots consumed by the consumer */
   char pad1[64 - sizeof(uint64_t)];
   uint64_t bytes[MEND_FIFO_SLOTS]; /* valid bytes in each posted slot */
+  char pad2[64 - (MEND_FIFO_SLOTS * sizeof(uint64_t)) % 64];
+  uint64_t want[4];                /* the consumer's signature (struct mendOpSig) of the work waiting for
+                                      its first slot: where both ends share the FIFO (p2p, shm), a stalled
+                                      producer that runs another operation sees the mismatch */
 };
 
 #if !defined(__CUDA_ARCH__)
