@@ -118,6 +118,33 @@ static void bufferBytes(const struct mendOp* op, size_t* sendBytes, size_t* recv
   }
 }
 
+/* Where sendbuff lies when the operation runs in place (NCCL's layouts): AllGather's input is this
+ * rank's block of the output, ReduceScatter's output this rank's block of the input, Gather's and
+ * Scatter's the root's block at the root; the other functions use one buffer for both. */
+static uintptr_t inPlaceSend(const struct mendOp* op) {
+  uintptr_t r = (uintptr_t)op->recvbuff, b = (uintptr_t)(op->count * mendTypeSize(op->type));
+  switch (op->func) {
+    case MEND_FUNC_ALLGATHER: return r + (uintptr_t)op->comm->rank * b;
+    case MEND_FUNC_GATHER: return r + (uintptr_t)op->root * b;
+    case MEND_FUNC_REDUCESCATTER: return r - (uintptr_t)op->comm->rank * b;
+    case MEND_FUNC_SCATTER: return r - (uintptr_t)op->root * b;
+    default: return r;
+  }
+}
+
+/* Buffers that overlap must be exactly the in-place layout: any other overlap would read data that
+ * the operation already overwrote (NCCL leaves it undefined; Mend refuses it). */
+static ncclResult_t checkOverlap(const struct mendOp* op, size_t sendBytes, size_t recvBytes, const char* api) {
+  uintptr_t s = (uintptr_t)op->sendbuff, r = (uintptr_t)op->recvbuff;
+  if (sendBytes == 0 || recvBytes == 0) return ncclSuccess;
+  int overlap = s >= r ? s - r < recvBytes : r - s < sendBytes;
+  if (!overlap || s == inPlaceSend(op)) return ncclSuccess;
+  WARN("%s: sendbuff %p (%zu bytes) and recvbuff %p (%zu bytes) partially overlap: buffers that overlap must be "
+       "in place (sendbuff %p for this rank)", api, op->sendbuff, sendBytes, op->recvbuff, recvBytes,
+       (void*)inPlaceSend(op));
+  return ncclInvalidArgument;
+}
+
 static ncclResult_t checkBuffers(const struct mendOp* op, int need, const char* api) {
   if (op->count == 0) return ncclSuccess;
   MENDARGCHECK(!(need & NEED_SEND) || op->sendbuff != NULL, ncclInvalidArgument,
@@ -131,6 +158,7 @@ static ncclResult_t checkBuffers(const struct mendOp* op, int need, const char* 
   bufferBytes(op, &sb, &rb);
   if (need & NEED_SEND) MENDCHECK(checkMemory(op, op->sendbuff, sb, "sendbuff", api));
   if (need & NEED_RECV) MENDCHECK(checkMemory(op, op->recvbuff, rb, "recvbuff", api));
+  if ((need & NEED_SEND) && (need & NEED_RECV)) MENDCHECK(checkOverlap(op, sb, rb, api));
   return ncclSuccess;
 }
 

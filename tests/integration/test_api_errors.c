@@ -229,6 +229,66 @@ static void rootAndBufferErrors(ncclComm_t c, float* buf, float* out) {
   expect("api_errors_count0_a2a", ncclAlltoAll(NULL, NULL, 0, ncclInt8, c, NULL), ncclSuccess, NULL);
 }
 
+/* Out-of-place buffers that partially overlap are refused; NCCL's in-place layouts are not (checked
+ * on comms[0], rank 0 of 2: AllGather's input is its block of the output, ReduceScatter's output its
+ * block of the input, Gather's and Scatter's the root's block). */
+static void overlapErrors(ncclComm_t c) {
+  const ncclResult_t IA = ncclInvalidArgument;
+  static float b[64];
+  float* o = b + 16;
+  expect("api_errors_overlap_allreduce", ncclAllReduce(o, o + 1, 8, ncclFloat, ncclSum, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_allreduce_before", ncclAllReduce(o + 1, o, 8, ncclFloat, ncclSum, c, NULL), IA,
+         "overlap");
+  expect("api_errors_overlap_broadcast", ncclBroadcast(o, o + 7, 8, ncclFloat, 0, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_reduce", ncclReduce(o, o + 3, 8, ncclFloat, ncclSum, 0, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_allgather", ncclAllGather(o + 1, o, 4, ncclFloat, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_allgather_rank1_block", ncclAllGather(o + 4, o, 4, ncclFloat, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_reducescatter", ncclReduceScatter(o, o + 2, 4, ncclFloat, ncclSum, c, NULL), IA,
+         "overlap");
+  expect("api_errors_overlap_alltoall", ncclAlltoAll(o, o + 4, 4, ncclFloat, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_gather_root", ncclGather(o + 2, o, 4, ncclFloat, 0, c, NULL), IA, "overlap");
+  expect("api_errors_overlap_scatter_root", ncclScatter(o, o + 6, 4, ncclFloat, 0, c, NULL), IA, "overlap");
+  /* Adjacent, not overlapping: fine (both ranks of a fresh pair run it, in a group; comms[0] ran
+   * count-0 collectives the other rank did not). */
+  ncclComm_t pr[2];
+  ncclResult_t res = ncclCommInitAll(pr, 2, NULL);
+  mtResult(res == ncclSuccess, "api_errors_overlap_pair", "ncclCommInitAll: %s", ncclGetErrorString(res));
+  if (res != ncclSuccess) return;
+  float in[2][8], out[2][8];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 8; i++) in[r][i] = (float)(r + i);
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclAllReduce(in[r], out[r], 8, ncclFloat, ncclSum, pr[r], NULL);
+  res = ncclGroupEnd();
+  int ok = res == ncclSuccess;
+  for (int r = 0; ok && r < 2; r++)
+    for (int i = 0; i < 8; i++) ok = ok && out[r][i] == (float)(1 + 2 * i);
+  mtResult(ok, "api_errors_overlap_separate_ok", "group end %s", ncclGetErrorString(res));
+  /* NCCL's in-place layouts on both ranks: AllGather (input at rank * count), ReduceScatter (output at
+   * rank * recvcount), AllReduce (the same buffer); results exact. */
+  float g[2][8];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 4; i++) g[r][r * 4 + i] = (float)(10 * r + i);
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclAllGather(g[r] + r * 4, g[r], 4, ncclFloat, pr[r], NULL);
+  res = ncclGroupEnd();
+  ok = res == ncclSuccess;
+  for (int r = 0; ok && r < 2; r++)
+    for (int i = 0; i < 8; i++) ok = ok && g[r][i] == (float)(10 * (i / 4) + i % 4);
+  mtResult(ok, "api_errors_inplace_allgather_ok", "group end %s", ncclGetErrorString(res));
+  float rs[2][8];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 8; i++) rs[r][i] = (float)(r + i);
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclReduceScatter(rs[r], rs[r] + r * 4, 4, ncclFloat, ncclSum, pr[r], NULL);
+  res = ncclGroupEnd();
+  ok = res == ncclSuccess;
+  for (int r = 0; ok && r < 2; r++)
+    for (int i = 0; i < 4; i++) ok = ok && rs[r][r * 4 + i] == (float)(1 + 2 * (r * 4 + i));
+  mtResult(ok, "api_errors_inplace_reducescatter_ok", "group end %s", ncclGetErrorString(res));
+  for (int r = 0; r < 2; r++) ncclCommDestroy(pr[r]);
+}
+
 /* Group calls out of order, errors reported at group end, simulation arguments. */
 static void groupErrors(ncclComm_t c, float* buf, float* out) {
   const ncclResult_t IA = ncclInvalidArgument, IU = ncclInvalidUsage;
@@ -326,6 +386,7 @@ int main(void) {
   float buf[64] = {0}, out[64];
   collArgErrors(c, buf, out);
   rootAndBufferErrors(c, buf, out);
+  overlapErrors(c);
   groupErrors(c, buf, out);
   initErrors();
   queryAndSplitErrors(c);
