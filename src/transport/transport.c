@@ -230,8 +230,9 @@ static void peerGone(void* arg, int peer, int lost) {
   pthread_mutex_unlock(&t->lock);
   if (lost) mendCommSetAsyncError(comm, ncclRemoteError);
   if (marked && lost) {
-    WARN("Rank %d: rank %d is gone (its process died or aborted): the communicator's operations fail (shrink or "
-         "abort it)", comm->rank, peer);
+    WARN("Rank %d: rank %d on host %s (pid %d) is gone (its process died or aborted): the communicator's "
+         "operations fail (shrink or abort it)", comm->rank, peer,
+         comm->peerInfo ? comm->peerInfo[peer].hostId : "?", comm->peerInfo ? comm->peerInfo[peer].pid : -1);
     if (comm->devState) {
       __atomic_store_n(&comm->devState->errPeer, peer, __ATOMIC_RELAXED);
       int32_t none = 0;
