@@ -158,6 +158,7 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;  /* as NCCL */
   MENDCHECK(mendCommCheck(comm, "ncclCommAbort"));
   int rank = comm->rank;
+  if (mendGroupDepth() > 0) (void)mendGroupDropComm(comm); /* queued here: they would wait for this thread */
   mendCommTeardown(comm, 1);
   INFO(NCCL_INIT, "comm %p rank %d - Abort COMPLETE", (void*)comm, rank);
   return ncclSuccess;

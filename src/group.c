@@ -45,6 +45,7 @@ struct groupState {
   struct groupJob** jobs;   /* queued creation jobs */
   int nJobs, capJobs;       /* used / allocated */
   ncclResult_t error;       /* first error returned by a call inside the group */
+  ncclResult_t dropped;     /* ncclInvalidUsage when an abort dropped operations (the others still run) */
 };
 static _Thread_local struct groupState group;
 
@@ -52,6 +53,21 @@ int mendGroupDepth(void) { return group.depth; }
 
 void mendGroupSetError(ncclResult_t res) {
   if (group.depth > 0 && group.error == ncclSuccess) group.error = res;
+}
+
+int mendGroupDropComm(struct ncclComm* comm) {
+  int kept = 0, dropped = 0;
+  for (int i = 0; i < group.nOps; i++) {
+    if (group.ops[i].comm == comm) dropped++;
+    else group.ops[kept++] = group.ops[i];
+  }
+  group.nOps = kept;
+  if (dropped == 0) return 0;
+  mendCommInflight(comm, -dropped);
+  WARN("ncclCommAbort: comm %p had %d operation(s) queued in the open group: they were dropped, and ncclGroupEnd "
+       "will report it after running the other communicators' operations", (void*)comm, dropped);
+  group.dropped = ncclInvalidUsage;
+  return dropped;
 }
 
 static ncclResult_t growArray(void** arr, int* cap, int need, size_t elem) {
@@ -325,6 +341,10 @@ static ncclResult_t groupFinish(ncclSimInfo_t* simInfo) {
   releaseOps(g.ops, g.nOps);
   free(g.jobs);
   free(g.ops);
+  if (res == ncclSuccess && g.dropped != ncclSuccess) {
+    WARN("ncclGroupEnd: operations of an aborted communicator were dropped from this group");
+    res = g.dropped;
+  }
   if (res == ncclSuccess && jobRes == ncclInProgress) res = ncclInProgress;
   return res;
 }

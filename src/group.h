@@ -27,5 +27,9 @@ ncclResult_t mendGroupEnqueue(const struct mendOp* op);
 /* An API call inside a group failed: ncclGroupEnd returns this error and drops the group's
  * operations (as NCCL does).  Outside a group it does nothing. */
 void mendGroupSetError(ncclResult_t res);
+/* ncclCommAbort inside a group: drop the operations this thread's open group queued on comm (they
+ * would run on a freed communicator) and make the outermost ncclGroupEnd report ncclInvalidUsage
+ * after running the other communicators' operations.  Returns how many were dropped. */
+int mendGroupDropComm(struct ncclComm* comm);
 
 #endif

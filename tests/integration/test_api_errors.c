@@ -346,6 +346,38 @@ static void destroyInGroup(void) {
            "destroys %d %d, group end %d", d0, d1, res);
 }
 
+/* ncclCommAbort between ncclGroupStart and ncclGroupEnd with operations queued on that communicator
+ * and on another one: the abort returns at once, the aborted one's operations are dropped, the other's
+ * run (exact results), and ncclGroupEnd reports the drop with ncclInvalidUsage. */
+static void abortInGroup(void) {
+  ncclComm_t a[2], b[2];
+  ncclResult_t ra = ncclCommInitAll(a, 2, NULL), rb = ncclCommInitAll(b, 2, NULL);
+  mtResult(ra == ncclSuccess && rb == ncclSuccess, "api_abort_in_group_init", "%d %d", ra, rb);
+  if (ra != ncclSuccess || rb != ncclSuccess) return;
+  float ain[4] = {1, 2, 3, 4}, aout[4] = {0}, bin[2][4], bout[2][4];
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 4; i++) bin[r][i] = (float)(10 * r + i);
+  double t0 = mtNow();
+  ncclGroupStart();
+  ncclAllReduce(ain, aout, 4, ncclFloat, ncclSum, a[0], NULL);
+  ncclBroadcast(ain, aout, 4, ncclFloat, 0, a[0], NULL);
+  for (int r = 0; r < 2; r++) ncclAllReduce(bin[r], bout[r], 4, ncclFloat, ncclSum, b[r], NULL);
+  ncclResult_t ab = ncclCommAbort(a[0]);
+  double abortTook = mtNow() - t0;
+  ncclResult_t e = ncclGroupEnd();
+  mtResult(ab == ncclSuccess && abortTook < 1.0, "api_abort_in_group_returns", "abort %d after %.3f s", ab, abortTook);
+  expect("api_abort_in_group_end_reports", e, ncclInvalidUsage, "aborted communicator");
+  int ok = 1;
+  for (int r = 0; r < 2; r++)
+    for (int i = 0; i < 4; i++) ok = ok && bout[r][i] == (float)(10 + 2 * i);
+  mtResult(ok, "api_abort_in_group_other_comm_ran", "b's AllReduce results %s", ok ? "exact" : "wrong");
+  mtResult(aout[0] == 0, "api_abort_in_group_dropped_not_run", "aout[0] = %g", aout[0]);
+  mtResult(mtNow() - t0 < 2.0, "api_abort_in_group_no_wait", "%.3f s", mtNow() - t0);
+  ncclResult_t a1 = ncclCommAbort(a[1]), d0 = ncclCommDestroy(b[0]), d1 = ncclCommDestroy(b[1]);
+  mtResult(a1 == ncclSuccess && d0 == ncclSuccess && d1 == ncclSuccess, "api_abort_in_group_cleanup", "%d %d %d", a1,
+           d0, d1);
+}
+
 /* A finalized communicator takes no more work; fresh communicators still work after all of this. */
 static void stillWorks(float* buf, float* out) {
   expect("api_errors_finalize", ncclCommFinalize(comms[1]), ncclSuccess, NULL);
@@ -395,6 +427,7 @@ int main(void) {
   hostModeCalls(c);
   deviceApi(c);
   destroyInGroup();
+  abortInGroup();
   stillWorks(buf, out);
   ncclCommDestroy(comms[0]);
   ncclCommDestroy(comms[1]);
