@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,11 +191,55 @@ static ncclResult_t connFinish(struct mendSocketComm* comm) {
   return mendNetSocketStartThreads(comm);
 }
 
+/* Comms between connStart and the end of their connect.  Connect progress lives in the caller's
+ * handle (as in NCCL), as a pointer; a handle also comes from the network, so that pointer is used
+ * only when it is one of these, never because a handle says so. */
+static pthread_mutex_t stageLock = PTHREAD_MUTEX_INITIALIZER;
+static struct mendSocketComm** stageComms; /* the comms connecting now */
+static int nStage, capStage;               /* used / allocated */
+
+static ncclResult_t stageAdd(struct mendSocketComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&stageLock);
+  if (nStage == capStage) {
+    int cap = capStage ? 2 * capStage : 16;
+    struct mendSocketComm** n = realloc(stageComms, sizeof(*n) * (size_t)cap);
+    if (n == NULL) {
+      WARN("NET/Socket: connect: out of memory tracking %d connections in progress", nStage + 1);
+      res = ncclSystemError;
+    } else {
+      stageComms = n;
+      capStage = cap;
+    }
+  }
+  if (res == ncclSuccess) stageComms[nStage++] = comm;
+  pthread_mutex_unlock(&stageLock);
+  return res;
+}
+
+/* Is comm connecting (take 0), or was it, now removed (take 1)? */
+static int stageFind(const struct mendSocketComm* comm, int take) {
+  int found = 0;
+  pthread_mutex_lock(&stageLock);
+  for (int i = 0; i < nStage && !found; i++) {
+    if (stageComms[i] != comm) continue;
+    found = 1;
+    if (take) stageComms[i] = stageComms[--nStage];
+  }
+  pthread_mutex_unlock(&stageLock);
+  return found;
+}
+
 /* connect on an aligned copy of the caller's handle (its progress is kept in h->stage). */
 static ncclResult_t connectHandle(int dev, struct mendSocketHandle* h, void** sendComm) {
   MENDARGCHECK(mendSocketHandleParse(h, sizeof(*h), h), ncclInvalidArgument,
                "NET/Socket: connect: the handle was not made by the socket Net's listen");
   ncclResult_t res;
+  if (h->stage.state != 0 && (h->stage.state != 1 || !stageFind(h->stage.comm, 0))) {
+    WARN("NET/Socket: connect: the handle carries connect progress (state %d) that no connect of this process "
+         "started; refused (a handle from the network must come as listen made it)", h->stage.state);
+    return ncclInvalidArgument;
+  }
   if (h->stage.state == 0) {
     int n;
     MENDCHECK(mendNetSocketDevices(&n));
@@ -204,6 +249,11 @@ static ncclResult_t connectHandle(int dev, struct mendSocketHandle* h, void** se
       return ncclSystemError;
     }
     MENDCHECK(connStart(dev, h, &h->stage.comm));
+    if ((res = stageAdd(h->stage.comm)) != ncclSuccess) {
+      commFree(h->stage.comm);
+      h->stage = (struct mendSocketConnStage){ 0 };
+      return res;
+    }
     h->stage.state = 1;
   }
   struct mendSocketComm* comm = h->stage.comm;
@@ -220,6 +270,7 @@ static ncclResult_t connectHandle(int dev, struct mendSocketHandle* h, void** se
     goto fail_free;
   }
   h->stage = (struct mendSocketConnStage){ 0 };
+  stageFind(comm, 1);
   MENDCHECKGOTO(connFinish(comm), res, fail_stop);
   *sendComm = comm;
   return ncclSuccess;
@@ -229,6 +280,7 @@ fail_stop:
   return res;
 fail_free:
   h->stage = (struct mendSocketConnStage){ 0 };
+  stageFind(comm, 1);
   commFree(comm);
   return res;
 }

@@ -17,6 +17,12 @@
 #include <vector>
 
 #include "net_socket_fixture.h"
+// The handle's layout (C11 header with _Atomic fields, read as test_wire.cc does).
+#define _Atomic volatile
+extern "C" {
+#include "transport/net_socket.h"
+}
+#undef _Atomic
 
 extern "C" {
 #include "misc/fault.h"
@@ -152,6 +158,35 @@ TEST_F(NetSocketConn, BadHandleAndDeadListener) {
   EXPECT_NE(r, ncclSuccess);
   EXPECT_EQ(sc, nullptr);
   EXPECT_LT(nowMs() - t0, 3000.0);
+}
+
+// Connect progress travels in the handle (as in NCCL), but a handle also comes from the network: a
+// handle claiming progress that no connect of this process started is refused, never dereferenced.
+TEST_F(NetSocketConn, ForgedConnectProgressIsRefused) {
+  char handle[MEND_NET_HANDLE_MAXSIZE] = {}, forged[MEND_NET_HANDLE_MAXSIZE];
+  void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+  ASSERT_EQ(N->listen(ctx_, 0, handle, &lc), ncclSuccess);
+  for (int state : {1, 2, -1}) {
+    memcpy(forged, handle, sizeof(handle));
+    struct mendSocketHandle h;
+    memcpy(&h, forged, sizeof(h));
+    h.stage.state = state;
+    h.stage.comm = (struct mendSocketComm*)(uintptr_t)0x1000;  // any address: must never be read
+    memcpy(forged, &h, sizeof(h));
+    EXPECT_EQ(N->connect(ctx_, 0, forged, &sc), ncclInvalidArgument) << "state " << state;
+    EXPECT_EQ(sc, nullptr);
+  }
+  // The listener is untouched: a connect with the handle as listen made it still completes.
+  double t0 = nowMs();
+  while ((!sc || !rc) && nowMs() - t0 < 10000) {
+    if (!sc) { ASSERT_EQ(N->connect(ctx_, 0, handle, &sc), ncclSuccess); }
+    if (!rc) { ASSERT_EQ(N->accept(lc, &rc), ncclSuccess); }
+  }
+  ASSERT_TRUE(sc && rc);
+  // A copy of the finished handle (progress cleared) cannot resume a connect that ended either.
+  EXPECT_EQ(N->closeListen(lc), ncclSuccess);
+  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
+  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
 }
 
 TEST_F(NetSocketConn, TwoConnectionsOnOneListener) {
