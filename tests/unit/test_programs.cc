@@ -48,22 +48,7 @@ const Fmt kFmts[ncclNumTypes] = {
 
 double decodeNarrow(uint32_t v, const Fmt& f) { return mendtest::decodeNarrow(v, f.ebits, f.mbits, f.bias, f.e4m3); }
 
-double decode(int t, const void* p) {
-  const Fmt& f = kFmts[t];
-  uint64_t u = 0;
-  memcpy(&u, p, f.bytes);
-  switch (t) {
-  case ncclInt8: return (int8_t)u;
-  case ncclUint8: return (uint8_t)u;
-  case ncclInt32: return (int32_t)u;
-  case ncclUint32: return (uint32_t)u;
-  case ncclInt64: return (double)(int64_t)u;
-  case ncclUint64: return (double)u;
-  case ncclFloat32: { float x; memcpy(&x, p, 4); return x; }
-  case ncclFloat64: { double x; memcpy(&x, p, 8); return x; }
-  default: return decodeNarrow((uint32_t)u, f);
-  }
-}
+double decode(int t, const void* p) { return mendtest::decodeElem(t, p); }
 
 // Exact encoding of a representable value: narrow formats by table (every pattern decoded once).
 void encode(int t, double x, void* p) {

@@ -467,24 +467,7 @@ const Fmt kFmts[ncclNumTypes] = {
     {8, true, 0, 0, 0, false},  {2, true, 8, 7, 127, false}, {1, true, 4, 3, 7, true},   {1, true, 5, 2, 15, false},
 };
 
-double decode(int t, const unsigned char* p) {
-  uint64_t u = 0;
-  memcpy(&u, p, kFmts[t].bytes);
-  switch (t) {
-  case ncclInt8: return (int8_t)u;
-  case ncclUint8: return (uint8_t)u;
-  case ncclInt32: return (int32_t)u;
-  case ncclUint32: return (uint32_t)u;
-  case ncclInt64: return (double)(int64_t)u;
-  case ncclUint64: return (double)u;
-  case ncclFloat32: { float x; memcpy(&x, p, 4); return x; }
-  case ncclFloat64: { double x; memcpy(&x, p, 8); return x; }
-  default: {
-    const Fmt& f = kFmts[t];
-    return mendtest::decodeNarrow((uint32_t)u, f.ebits, f.mbits, f.bias, f.e4m3);
-  }
-  }
-}
+double decode(int t, const unsigned char* p) { return mendtest::decodeElem(t, p); }
 
 // Exact encoding of a value the format holds (narrow formats by a table of every pattern).
 void encode(int t, double x, unsigned char* p) {

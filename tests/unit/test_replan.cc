@@ -164,21 +164,7 @@ const Fmt kFmts[ncclNumTypes] = {
     {8, 0, 52, 0, true, false}, {2, 8, 7, 127, true, false}, {1, 4, 3, 7, true, true},    {1, 5, 2, 15, true, false},
 };
 
-double decode(int t, const unsigned char* p) {
-  uint64_t u = 0;
-  memcpy(&u, p, kFmts[t].bytes);
-  switch (t) {
-  case ncclInt8: return (int8_t)u;
-  case ncclUint8: return (uint8_t)u;
-  case ncclInt32: return (int32_t)u;
-  case ncclUint32: return (uint32_t)u;
-  case ncclInt64: return (double)(int64_t)u;
-  case ncclUint64: return (double)u;
-  case ncclFloat32: { float x; memcpy(&x, p, 4); return x; }
-  case ncclFloat64: { double x; memcpy(&x, p, 8); return x; }
-  default: return mendtest::decodeNarrow((uint32_t)u, kFmts[t].ebits, kFmts[t].mbits, kFmts[t].bias, kFmts[t].e4m3);
-  }
-}
+double decode(int t, const unsigned char* p) { return mendtest::decodeElem(t, p); }
 
 // Small non-negative integers only (all the tests use), exact in every type.
 void encode(int t, double x, unsigned char* p) {
