@@ -298,6 +298,43 @@ static void usage(FILE* f) {
           "[--testbed NAME --hosts H]\n");
 }
 
+/* One size of the sweep: `reps` runs, then the row of medians and worst times.  1 when a run failed;
+ * -1 when the size itself is unusable. */
+static int runSize(const char* tok, int reps, int timeoutS) {
+  gN = atoi(tok);
+  if (gTestbed && gN >= gHosts && gN % gHosts == 0) {
+    gVictim = gN / gHosts; /* every rank of host 1 */
+    gLost = gN / gHosts;
+  }
+  if (gN < 2 || gN > MAX_RANKS || (gTestbed && gN % gHosts) || gVictim < 0 || gVictim + gLost > gN || gLost >= gN) {
+    fprintf(stderr, "recover_perf: size %s: need 2..%d ranks (a multiple of the hosts), lost ranks inside it and "
+            "at least one survivor\n", tok, MAX_RANKS);
+    return -1;
+  }
+  double res[NSTAGES][MAX_REPS];
+  int good = 0, failed = 0;
+  for (int r = 0; r < reps; r++) {
+    double one[NSTAGES];
+    if (!runOnce(timeoutS, one)) {
+      failed = 1;
+      continue;
+    }
+    for (int s = 0; s < NSTAGES; s++) res[s][good] = one[s];
+    good++;
+  }
+  printf("  %5d", gN);
+  for (int s = 0; s < NSTAGES; s++) {
+    if (good == 0) {
+      printf("  %17s", "failed");
+      continue;
+    }
+    qsort(res[s], (size_t)good, sizeof(double), cmpDouble);
+    printf("  %8.4f (%6.4f)", res[s][good / 2], res[s][good - 1]);
+  }
+  printf("%s\n", good < reps ? "  (some runs failed)" : "");
+  return failed;
+}
+
 int main(int argc, char** argv) {
   const char* sizes = "4,8,16";
   int reps = 3, timeoutS = 120, sockets = 0;
@@ -352,38 +389,9 @@ int main(int argc, char** argv) {
   char list[256];
   snprintf(list, sizeof list, "%s", sizes);
   for (char* tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-    gN = atoi(tok);
-    if (gTestbed && gN >= gHosts && gN % gHosts == 0) {
-      gVictim = gN / gHosts; /* every rank of host 1 */
-      gLost = gN / gHosts;
-    }
-    if (gN < 2 || gN > MAX_RANKS || (gTestbed && gN % gHosts) || gVictim < 0 || gVictim + gLost > gN ||
-        gLost >= gN) {
-      fprintf(stderr, "recover_perf: size %s: need 2..%d ranks (a multiple of the hosts), lost ranks inside it and "
-              "at least one survivor\n", tok, MAX_RANKS);
-      return 2;
-    }
-    double res[NSTAGES][MAX_REPS];
-    int good = 0;
-    for (int r = 0; r < reps; r++) {
-      double one[NSTAGES];
-      if (!runOnce(timeoutS, one)) {
-        failed = 1;
-        continue;
-      }
-      for (int s = 0; s < NSTAGES; s++) res[s][good] = one[s];
-      good++;
-    }
-    printf("  %5d", gN);
-    for (int s = 0; s < NSTAGES; s++) {
-      if (good == 0) {
-        printf("  %17s", "failed");
-        continue;
-      }
-      qsort(res[s], (size_t)good, sizeof(double), cmpDouble);
-      printf("  %8.4f (%6.4f)", res[s][good / 2], res[s][good - 1]);
-    }
-    printf("%s\n", good < reps ? "  (some runs failed)" : "");
+    int r = runSize(tok, reps, timeoutS);
+    if (r < 0) return 2;
+    failed |= r;
   }
   loadAvg(la, sizeof la);
   printf("# load average after: %s\n", la);
