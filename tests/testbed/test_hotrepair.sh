@@ -9,9 +9,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/testlib.sh"
 tb_require
 
-B="${MEND_BUILDDIR:-${BUILDDIR:-$HERE/../../build}}"
-B="$(cd "$B" 2>/dev/null && pwd)"
-if [ ! -x "$B/bin/all_reduce_perf" ]; then echo "not ok hotrepair: perf tools built ($B/bin missing)"; exit 1; fi
+tb_builddir hotrepair all_reduce_perf
 
 timeout -k 10 420 python3 "$HERE/hotrepair.py" --builddir "$B" &
 pid=$!

@@ -10,9 +10,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/testlib.sh"
 tb_require
 
-B="${MEND_BUILDDIR:-${BUILDDIR:-$HERE/../../build}}"
-B="$(cd "$B" 2>/dev/null && pwd)"
-if [ ! -x "$B/bin/all_reduce_perf" ]; then echo "not ok replan_agree: perf tools built ($B/bin missing)"; exit 1; fi
+tb_builddir replan_agree all_reduce_perf
 
 name="mta$(( $$ % 100000 ))"
 timeout -k 10 110 python3 "$HERE/replan_agree.py" --builddir "$B" --name "$name" &

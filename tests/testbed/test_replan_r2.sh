@@ -10,9 +10,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/testlib.sh"
 tb_require
 
-B="${MEND_BUILDDIR:-${BUILDDIR:-$HERE/../../build}}"
-B="$(cd "$B" 2>/dev/null && pwd)"
-if [ ! -x "$B/bin/replan_perf" ]; then echo "not ok replan_r2: replan_perf built ($B/bin missing)"; exit 1; fi
+tb_builddir replan_r2 replan_perf
 
 name="mtr$(( $$ % 10000 ))"
 out=$(timeout -k 10 200 "$B/bin/replan_perf" --hosts 4 --rails 2 --rate 100mbit --size 2M --seconds 8 \

@@ -20,6 +20,14 @@ tb_require() {
     trap tb_cleanup_tracked EXIT
 }
 
+# B = the build folder (MEND_BUILDDIR, BUILDDIR, else ../../build), absolute; fails the test (named
+# $1) when program $2 is not built there.
+tb_builddir() {
+    B="${MEND_BUILDDIR:-${BUILDDIR:-$TB_DIR/../../build}}"
+    B="$(cd "$B" 2>/dev/null && pwd)"
+    if [ ! -x "$B/bin/$2" ]; then echo "not ok $1: $2 built (${B:-the build folder}/bin missing)"; exit 1; fi
+}
+
 tb_track() { TB_TRACKED+=("$1"); }
 
 tb_cleanup_tracked() {
