@@ -183,6 +183,7 @@ peers: $(HEADER)
 include makefiles/tests.mk
 include makefiles/fuzz.mk
 include makefiles/install.mk
+include makefiles/spare.mk
 
 clean:
 	rm -rf $(BUILDDIR)
