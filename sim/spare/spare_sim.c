@@ -16,13 +16,13 @@
 static const struct simParams defaults = {
     .scheme = SIM_SPARE, .n = 200, .r = 1, .steps = 10000, .tcomp = 64, .ta = 2, .mtbf = 300,
     .shape = 0.78, .tr = 3600, .ts = 60, .shrinkPerRank = 0.032 / 16, .shrinkFixed = -1, .ctlrCost = 0.1,
-    .jitter = 0.05, .cap = 20, .seed = 1};
+    .jitter = 0.05, .cap = 20, .restartFailures = 1, .seed = 1};
 
 static int usage(void) {
   fprintf(stderr,
           "usage: mend-spare-sim --scheme spare|rep|ckpt -n N [-r R] [--ta S] [--tcomp S] [--steps K]\n"
           "       [--mtbf S] [--shape K] [--restart S] [--ckpt S] [--shrink-per-rank S | --shrink S]\n"
-          "       [--ctlr S] [--jitter F] [--cap X] [--seed X]\n");
+          "       [--ctlr S] [--jitter F] [--cap X] [--seed X] [--restart-failures hit|skip]\n");
   return 2;
 }
 
@@ -39,7 +39,7 @@ static int parse(int argc, char** argv, struct simParams* p) {
       {"scheme", 1, 0, 'S'}, {"ta", 1, 0, 'a'},      {"tcomp", 1, 0, 'c'},  {"steps", 1, 0, 'k'},
       {"mtbf", 1, 0, 'm'},   {"shape", 1, 0, 'w'},   {"restart", 1, 0, 'R'}, {"ckpt", 1, 0, 'C'},
       {"shrink-per-rank", 1, 0, 'p'}, {"shrink", 1, 0, 'f'}, {"ctlr", 1, 0, 'l'}, {"jitter", 1, 0, 'j'},
-      {"cap", 1, 0, 'x'},    {"seed", 1, 0, 'e'},    {0, 0, 0, 0}};
+      {"cap", 1, 0, 'x'},    {"seed", 1, 0, 'e'},    {"restart-failures", 1, 0, 'F'}, {0, 0, 0, 0}};
   int c;
   double v = 0;
   while ((c = getopt_long(argc, argv, "n:r:", opts, NULL)) != -1) {
@@ -66,6 +66,11 @@ static int parse(int argc, char** argv, struct simParams* p) {
       case 'j': bad = number(optarg, 0, 0.5, &p->jitter); break;
       case 'x': bad = number(optarg, 1, 1e4, &p->cap); break;
       case 'e': bad = number(optarg, 0, 4e9, &v); p->seed = (unsigned long)v; break;
+      case 'F':
+        if (strcmp(optarg, "hit") == 0) p->restartFailures = 1;
+        else if (strcmp(optarg, "skip") == 0) p->restartFailures = 0;
+        else bad = 1;
+        break;
       default: return -1;
     }
     if (bad) {

@@ -30,6 +30,7 @@ struct simParams {
   double ctlrCost;        /* seconds per reordering-controller run */
   double jitter;          /* standard deviation of the factor N(1, jitter^2) on every duration */
   double cap;             /* stop (unfinished) after cap * T0 seconds */
+  int restartFailures;    /* 1: failures go on during a restart and hit the new allocation; 0: none */
   unsigned long seed;     /* event trail: failures and jitter */
 };
 

@@ -105,20 +105,23 @@ static void startInjector(struct simState* st) {
   sg_actor_daemonize(st->injector);
 }
 
-/* A global restart: all groups back, the layout reset, progress rolled back to the checkpoint. */
+/* A global restart: all groups back, the layout reset, progress rolled back to the checkpoint.  With
+ * restartFailures the failure actor keeps running: what fails during the restart is lost from the
+ * new allocation and the first all-reduce after it sees the loss. */
 static void globalRestart(struct simState* st) {
-  sg_actor_kill(st->injector);
-  simWait(st, st->p->tr);
-  memcpy(st->stk, st->stk0, (size_t)st->p->n * st->p->r * sizeof(int));
-  memset(st->failed, 0, (size_t)st->p->n);
-  st->alive = st->p->n;
+  const struct simParams* p = st->p;
+  if (!p->restartFailures) sg_actor_kill(st->injector);
+  memcpy(st->stk, st->stk0, (size_t)p->n * p->r * sizeof(int));
+  memset(st->failed, 0, (size_t)p->n);
+  st->alive = p->n;
   st->newFailures = 0;
   st->s = 1;
   st->res->restarts++;
   st->res->stepsDone = st->ckptSteps;
   st->pendingUseful = 0;
+  simWait(st, p->tr);
   st->ckptEnd = simgrid_get_clock();
-  startInjector(st);
+  if (!p->restartFailures) startInjector(st);
 }
 
 /* Failures seen by an all-reduce: 1 when the step survives them (masked), 0 after a restart. */

@@ -32,7 +32,8 @@ def jobs_for(args):
     jobs = []
     for n, ta in sizes.items():
         for seed in range(1, args.trials + 1):
-            common = ["-n", str(n), "--ta", str(ta), "--seed", str(seed)] + base
+            common = ["-n", str(n), "--ta", str(ta), "--seed", str(seed),
+                      "--restart-failures", args.restart_failures] + base
             jobs.append(("ckpt", n, 1, seed, ["--scheme", "ckpt", "-r", "1"] + common))
             jobs += [("rep", n, r, seed, ["--scheme", "rep", "-r", str(r)] + common) for r in rep_r]
             jobs += [("spare", n, r, seed, ["--scheme", "spare", "-r", str(r)] + common) for r in spare_r[n]]
@@ -107,7 +108,7 @@ def shrink_sensitivity(binary, agg, sizes, args, path):
                 base = ["--steps", "300", "--mtbf", "600"] if args.quick else []
                 jobs += [(label + "-shrink0.1", n, b[1], seed,
                           ["--scheme", label, "-r", str(b[1]), "-n", str(n), "--ta", str(sizes[n]), "--seed",
-                           str(seed), "--shrink", "0.1"] + base) for seed in range(1, args.trials + 1)]
+                           str(seed), "--shrink", "0.1", "--restart-failures", args.restart_failures] + base) for seed in range(1, args.trials + 1)]
     sens = aggregate(run_all(binary, jobs, args.jobs))
     lines = ["| N | scheme | r | ttt/T0, Mend's shrink (0.002 s x ranks) | ttt/T0, paper's 0.1 s shrink |",
              "|---|---|---|---|---|"]
@@ -162,6 +163,8 @@ def main():
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="a tiny configuration (tests)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--restart-failures", choices=("hit", "skip"), default="hit",
+                    help="failures during a global restart hit the new allocation (default) or are dropped")
     args = ap.parse_args()
     binary = os.path.join(args.builddir, "bin", "mend-spare-sim")
     if not os.access(binary, os.X_OK):
@@ -176,8 +179,9 @@ def main():
     sizes = {40: 2} if args.quick else TA
     agg = aggregate(rows)
     write_table(agg, sizes, os.path.join(args.out, "table2.md"),
-                f"Minimum time-to-train / T0 over r, mean of {args.trials} trials (mend-spare-sim; "
-                "paper's Table 2 beside it). Availability: kept step time / time-to-train.")
+                f"Minimum time-to-train / T0 over r, mean of {args.trials} trials (mend-spare-sim "
+                f"--restart-failures {args.restart_failures}; the paper's Table 2 beside it). "
+                "Availability: kept step time / time-to-train.")
     shrink_sensitivity(binary, agg, sizes, args, os.path.join(args.out, "shrink_sensitivity.md"))
     if not args.no_plot:
         plot(agg, sizes, args.out)
