@@ -16,6 +16,12 @@ the busbw "after" (median), those that end before it the busbw "before".  Every 
 checked element by element (#wrong).  The ranks log NCCL_DEBUG_SUBSYS=TUNING, so the report also
 counts the calls each schedule planned ("replan r2" lines).  The load average is printed at the
 start and the end: this machine's other work shows in the numbers.  Needs root.
+
+Diagnostics: --counters prints each host's tx bytes per rail from SETTLE after the fault to the end
+(the testbed's NIC counters: is the split what the plan meant?); --bound F prints each schedule's
+busbw after the fault over F x its busbw before (the surviving-capacity bound when the healthy run
+fills its NICs); --log DIR --monitor-ms MS keeps every rank's output and monitor snapshots.  A
+schedule may carry settings for its run only: --modes balance,balance/NCCL_MIN_NCHANNELS=6.
 """
 import argparse
 import importlib.machinery
@@ -47,11 +53,33 @@ fp = load_failover_perf()
 REPLAN = re.compile(r"AllReduce: \d+ Bytes -> replan (\w+)")
 
 
+def sample_counters(tb, store):
+    store.append(tb.nic_counters())
+
+
+def rail_shares(samples, hosts, rails):
+    """Per host, each rail's tx bytes between the two samples (after the fault settled, the end)."""
+    if len(samples) < 2:
+        return None
+    out = []
+    for h in range(hosts):
+        tx = [samples[1].get((h, "rail%d" % r), (0, 0))[0] - samples[0].get((h, "rail%d" % r), (0, 0))[0]
+              for r in range(rails)]
+        out.append(tx)
+    return out
+
+
 def run_mode(a, tbmod, loop, mode, index):
     timeout = 3 * a.seconds + 120
     argv = [loop, "--op", "all_reduce", "--size", a.size, "--warmup", "2", "--timeout", str(timeout),
             "--seconds", str(a.seconds)]
-    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL,TUNING", "MEND_REPLAN": mode}
+    replan, *extra = mode.split("/")
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL,TUNING", "MEND_REPLAN": replan}
+    env.update(kv.split("=", 1) for kv in extra)
+    if a.log and a.monitor_ms:
+        env.update({"MEND_MONITOR_FILE": os.path.join(os.path.abspath(a.log), "%s.%%h.%%p.jsonl" % index),
+                    "MEND_MONITOR_PERIOD_MS": str(a.monitor_ms)})
+    samples = []
     recs = [{"kind": "nic_down", "host": h, "rail": r, "args": [], "t": None} for h, r in a.down]
     with tbmod.Testbed(hosts=a.hosts, rails=a.rails, rate=a.rate, prefix="%s%d" % (a.name, index)) as tb:
         for rec in recs:
@@ -60,17 +88,24 @@ def run_mode(a, tbmod, loop, mode, index):
         start = fp.wait_loop_start(tb, job, timeout)
         for rec in recs if start is not None else []:
             tb.schedule(max(0.0, start + a.fault_at - time.monotonic()), fp.inject, tb, rec)
+        if start is not None and a.counters:
+            tb.schedule(max(0.0, start + a.fault_at + a.settle - time.monotonic()), sample_counters, tb, samples)
         res = job.wait()
+        if samples:
+            sample_counters(tb, samples)
         tb.wait_faults(5.0)
     rec = {"t": max(r["t"] for r in recs) if all(r["t"] is not None for r in recs) else None}
     ranks = [fp.parse_rank(r.output or "") for r in res.ranks]
     its, _ = fp.merge(ranks)
     algbytes, factor, _ = fp.loop_info(ranks)
     out = {"mode": mode, "before": None, "after": None, "n_after": 0, "wrong": sum(i.wrong for i in its),
-           "code": res.worst_code, "planned": {}}
+           "code": res.worst_code, "planned": {}, "tx": rail_shares(samples, a.hosts, a.rails)}
     for r in res.ranks:
+        if r.code != 0:   # a failed run says why, with or without --log
+            tail = [l for l in (r.output or "").splitlines() if "WARN" in l or "rror" in l][-4:]
+            out.setdefault("why", []).extend("rank %d (exit %s): %s" % (r.rank, r.code, l.strip()) for l in tail)
         if a.log:
-            with open(os.path.join(a.log, "%s.rank%d.out" % (mode, r.rank)), "w") as f:
+            with open(os.path.join(a.log, "%d.rank%d.out" % (index, r.rank)), "w") as f:
                 f.write(r.output or "")
         for m in REPLAN.finditer(r.output or ""):
             out["planned"][m.group(1)] = out["planned"].get(m.group(1), 0) + 1
@@ -82,6 +117,37 @@ def run_mode(a, tbmod, loop, mode, index):
     out["after"] = statistics.median(after) if after else None
     out["n_after"] = len(after)
     return out
+
+
+def report(a, rows, modes):
+    """The table, why a run failed, the per-rail tx bytes and the ratios."""
+    print("# %-9s %12s %12s %8s %7s %5s  %s" % ("schedule", "before GB/s", "after GB/s", "after/bf", "#after", "wrong",
+                                                 "calls planned (TUNING)"))
+    for r in rows:
+        rel = r["after"] / r["before"] if r["after"] and r["before"] else None
+        print("  %-9s %12s %12s %8s %7d %5d  %s%s" % (r["mode"], fp.fmt(r["before"], "%.4f"), fp.fmt(r["after"], "%.4f"),
+                                                     fp.fmt(rel), r["n_after"], r["wrong"],
+                                                     " ".join("%s=%d" % kv for kv in sorted(r["planned"].items())) or "-",
+                                                     "" if r["code"] == 0 else "  (exit code %d)" % r["code"]))
+    for r in rows:
+        for line in r.get("why", []):
+            print("# %s failed: %s" % (r["mode"], line))
+    for r in rows if a.counters else []:
+        for h, tx in enumerate(r["tx"] or []):
+            tot = float(sum(tx)) or 1.0
+            print("# %-9s host %d tx after the fault: %s" % (r["mode"], h, "  ".join(
+                "rail%d %.1f MB (%.3f)" % (i, b / 1e6, b / tot) for i, b in enumerate(tx))))
+    after = {r["mode"]: r["after"] for r in rows}
+    pairs = [(m, modes[0]) for m in modes[1:]]
+    if "r2" in after and "balance" in after and ("r2", "balance") not in pairs:
+        pairs.append(("r2", "balance"))
+    for r in rows:
+        if r["after"] and r["before"] and a.bound:
+            print("# %s after the fault / bound (%.3f x its before) = %.3f"
+                  % (r["mode"], a.bound, r["after"] / (a.bound * r["before"])))
+    for y, x in pairs:
+        if after.get(x) and after.get(y):
+            print("# after the fault: %s / %s = %.3f" % (y, x, after[y] / after[x]))
 
 
 def main(argv=None):
@@ -97,8 +163,17 @@ def main(argv=None):
     p.add_argument("--settle", type=float, default=3.0, help="seconds after the fault before 'after' counts (3)")
     p.add_argument("--down", action="append", default=None, metavar="HOST:RAIL",
                    help="a NIC that goes down (repeatable; 0:0)")
-    p.add_argument("--modes", default="backup,balance,r2", help="MEND_REPLAN values, in order (backup,balance,r2)")
-    p.add_argument("--log", default=None, help="directory for every rank's output, as MODE.rankR.out")
+    p.add_argument("--modes", default="backup,balance,r2",
+                   help="MEND_REPLAN values, in order (backup,balance,r2); a value may carry environment "
+                        "settings for its run after slashes: balance/MEND_CHUNKSIZE=131072")
+    p.add_argument("--log", default=None, help="directory for every rank's output, as I.rankR.out (I: the mode's index)")
+    p.add_argument("--bound", type=float, default=None, metavar="F",
+                   help="print each schedule's busbw after the fault over F x its busbw before (the "
+                        "surviving-capacity bound: 2/3 when 1 of 3 NICs of the slowest host is lost)")
+    p.add_argument("--counters", action="store_true",
+                   help="print each host's tx bytes per rail from SETTLE after the fault to the end")
+    p.add_argument("--monitor-ms", type=int, default=0, metavar="MS",
+                   help="with --log: every rank writes monitor snapshots (JSON lines) there every MS ms")
     p.add_argument("--name", default="mtr", help="testbed name prefix, 'mt' + up to 8 letters/digits (mtr)")
     a = p.parse_args(argv)
     try:
@@ -114,26 +189,15 @@ def main(argv=None):
     tbmod = fp.find_testbed()
     loop = fp.find_loop(argparse.Namespace(loop=None))
     modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if not all(re.fullmatch(r"[A-Z_][A-Z0-9_]*=[^,]*", kv) for kv in m.split("/")[1:]):
+            fp.die("--modes: %r: settings after a schedule are NAME=VALUE, separated by slashes" % m)
     print("# replan_perf: %d hosts x %d rails at %s, AllReduce %s, nic_down %s at %.1f s, %d s per schedule"
           % (a.hosts, a.rails, a.rate, a.size, " ".join("host %d rail %d" % d for d in a.down), a.fault_at, a.seconds))
     print("# load average at start: %.2f %.2f %.2f" % os.getloadavg())
     rows = [run_mode(a, tbmod, loop, m, i) for i, m in enumerate(modes)]
     print("# load average at end:   %.2f %.2f %.2f" % os.getloadavg())
-    print("# %-9s %12s %12s %8s %7s %5s  %s" % ("schedule", "before GB/s", "after GB/s", "after/bf", "#after", "wrong",
-                                                 "calls planned (TUNING)"))
-    for r in rows:
-        rel = r["after"] / r["before"] if r["after"] and r["before"] else None
-        print("  %-9s %12s %12s %8s %7d %5d  %s%s" % (r["mode"], fp.fmt(r["before"], "%.4f"), fp.fmt(r["after"], "%.4f"),
-                                                     fp.fmt(rel), r["n_after"], r["wrong"],
-                                                     " ".join("%s=%d" % kv for kv in sorted(r["planned"].items())) or "-",
-                                                     "" if r["code"] == 0 else "  (exit code %d)" % r["code"]))
-    after = {r["mode"]: r["after"] for r in rows}
-    pairs = [(m, modes[0]) for m in modes[1:]]
-    if "r2" in after and "balance" in after and ("r2", "balance") not in pairs:
-        pairs.append(("r2", "balance"))
-    for y, x in pairs:
-        if after.get(x) and after.get(y):
-            print("# after the fault: %s / %s = %.3f" % (y, x, after[y] / after[x]))
+    report(a, rows, modes)
     return 0 if all(r["code"] == 0 and r["wrong"] == 0 for r in rows) else 1
 
 

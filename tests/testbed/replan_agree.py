@@ -35,12 +35,15 @@ INFORCE = re.compile(r"Rank (\d+): plan view epoch (\d+) in force from op (\d+) 
 ROUND = re.compile(r"Agreement: round (\d+): fromOp (\d+) chosen .* picture of (\d+) NIC\(s\) .*, (-?\d+) ms after")
 RATE = "1gbit"
 
-# nic: (host, rail); down at `down` s after the start, up `back` s later.
+# nics: [(host, rail)...], all down at `down` s after the start, all up `back` s later.
 SCENARIOS = {
-    "2x2": dict(hosts=2, rails=2, ppn=2, args="-b 1M -e 1M -n 1 -w 0 -c 500", nic=(1, 0), down=1.5, back=2.0,
+    "2x2": dict(hosts=2, rails=2, ppn=2, args="-b 1M -e 1M -n 1 -w 0 -c 500", nics=[(1, 0)], down=1.5, back=2.0,
                 timeout=90),
-    "3x3": dict(hosts=3, rails=3, ppn=1, args="-b 1M -e 1M -n 1 -w 0 -c 500", nic=(2, 1), down=1.5, back=2.0,
+    "3x3": dict(hosts=3, rails=3, ppn=1, args="-b 1M -e 1M -n 1 -w 0 -c 500", nics=[(2, 1)], down=1.5, back=2.0,
                 timeout=90),
+    # Two NICs of one host: its last NIC carries all its channels (capacity 333 permille), then both return.
+    "3x3-two": dict(hosts=3, rails=3, ppn=1, args="-b 1M -e 1M -n 1 -w 0 -c 500", nics=[(1, 0), (1, 2)], down=1.5,
+                    back=2.0, timeout=90),
 }
 
 
@@ -56,7 +59,6 @@ def run_in(name, sc, builddir, ck, logdir, prefix):
     prog = os.path.join(builddir, "bin", "all_reduce_perf")
     env = {"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_SUBSYS": "TUNING,RESIL",
            "NCCL_DEBUG_FILE": os.path.join(logdir, "mend.%p"), "LD_LIBRARY_PATH": os.path.join(builddir, "lib")}
-    host, rail = sc["nic"]
     with Testbed(sc["hosts"], sc["rails"], rate=RATE, prefix=prefix) as tb:
         job = tb.start([prog] + sc["args"].split(), ranks_per_host=sc["ppn"], env=env, timeout=sc["timeout"])
         t0 = time.monotonic()
@@ -64,7 +66,8 @@ def run_in(name, sc, builddir, ck, logdir, prefix):
 
         def nic_down():  # the time is CLOCK_MONOTONIC, as the ranks' t= (one kernel, one clock)
             fault_ms.append(time.monotonic() * 1e3)
-            tb.fault("nic_down", host, rail, sc["back"])
+            for host, rail in sc["nics"]:
+                tb.fault("nic_down", host, rail, sc["back"])
         tb.schedule(sc["down"], nic_down)
         res = job.wait()
         t_end = time.monotonic()
@@ -102,7 +105,10 @@ def run_in(name, sc, builddir, ck, logdir, prefix):
     epochs = sorted({e for op in ops for (e, _) in per_op[op].values()})
     faulted = [e for e in epochs if e > 0 and agreed.get(e, 0) > 0]
     back = [e for e in epochs if e > 0 and agreed.get(e, -1) == 0]
-    ck.check(len(faulted) > 0, name, "a view with the NIC out of the picture was in force (epochs %s)" % faulted,
+    whole = [e for e in faulted if agreed[e] >= len(sc["nics"])]
+    ck.check(len(whole) > 0, name, "a view with all %d faulted NIC(s) out of the picture was in force (epochs %s)"
+             % (len(sc["nics"]), whole), "pictures in force %s" % {e: agreed[e] for e in faulted})
+    ck.check(len(faulted) > 0, name, "a view with the NIC(s) out of the picture was in force (epochs %s)" % faulted,
              "epochs in force %s, agreed pictures %s, testbed events %s" % (epochs, agreed, events))
     ck.check(len(back) > 0 and len(faulted) > 0 and max(back) > max(faulted) and epochs[-1] == max(back), name,
              "the fail-back view (empty picture) was in force after the NIC returned (epoch %s)" % (back[-1:]),
@@ -133,8 +139,8 @@ def main():
     a = ap.parse_args()
     if a.list:
         for k, v in SCENARIOS.items():
-            print("%-6s %dx%d rails, %d/host: NIC %s down at %.1f s for %.1f s" %
-                  (k, v["hosts"], v["rails"], v["ppn"], v["nic"], v["down"], v["back"]))
+            print("%-8s %dx%d rails, %d/host: NIC(s) %s down at %.1f s for %.1f s" %
+                  (k, v["hosts"], v["rails"], v["ppn"], v["nics"], v["down"], v["back"]))
         return 0
     builddir = os.path.abspath(a.builddir)
     ck = Checker()
