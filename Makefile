@@ -184,6 +184,7 @@ include makefiles/tests.mk
 include makefiles/fuzz.mk
 include makefiles/install.mk
 include makefiles/spare.mk
+include makefiles/sim.mk
 
 clean:
 	rm -rf $(BUILDDIR)

@@ -116,6 +116,12 @@ int mendReplanLinked(const struct mendPlanView* v, const struct mendViewHealth* 
  * its ring (double binary when all its edges are linked, else a chain along the ring).  No ring
  * found: the base rings stay (WARN).  Shared: rings and trees follow from the picture and rings. */
 ncclResult_t mendReplanRerank(struct mendPlanView* v, const struct mendViewHealth* h);
+/* Does some pair of ranks share no usable rail under the picture (v's rankNics filled)?  Ranks are
+ * compared by kind (NIC count, usable NICs), so the test is linear in the ranks. */
+int mendReplanMismatch(const struct mendPlanView* v, const struct mendViewHealth* h);
+/* Did mendReplanDerive re-rank the view `v` it derived from picture h (rings and trees then follow
+ * the picture, not the graph)?  For planners that rebuild other ranks' views from one rank's. */
+int mendReplanReranked(const struct mendPlanView* v, const struct mendViewHealth* h);
 /* MEND_REPLAN=backup: re-planning keeps today's backup-only plan (weights, rings, failover chains). */
 int mendReplanBackupOnly(void);
 

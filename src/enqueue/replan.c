@@ -207,6 +207,10 @@ static void moveChannels(struct mendPlanView* v, int backupOnly) {
   }
 }
 
+int mendReplanReranked(const struct mendPlanView* v, const struct mendViewHealth* h) {
+  return !mendReplanBackupOnly() && degraded(h) && mendReplanMismatch(v, h);
+}
+
 int mendReplanBackupOnly(void) {
   const char* mode = mendParamReplan();
   return mode != NULL && strcasecmp(mode, "backup") == 0;

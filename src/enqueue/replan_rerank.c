@@ -94,11 +94,54 @@ static void ringTree(struct mendPlanView* v, const struct mendViewHealth* h, int
   ch->treeDepth = n;
 }
 
+/* NICs of a rank in the picture: 1 + its highest device with a line rate (replan.c's nicsOf). */
+static int pictureNics(const struct mendViewHealth* h, int rank) {
+  int n = 0;
+  for (int d = 0; d < h->maxDevs && d < 32; d++)
+    if (h->lineGbps[(size_t)rank * (size_t)h->maxDevs + (size_t)d] > 0) n = d + 1;
+  return n;
+}
+
+int mendReplanMismatch(const struct mendPlanView* v, const struct mendViewHealth* h) {
+  /* Whether two ranks are linked depends only on their (NIC count, usable NICs): compare one rank
+   * of each such kind with one of every other kind (and with a second rank of its own kind), so a
+   * healthy cluster of 10^5 ranks is a few kinds, not 5 x 10^9 pairs. */
+  int n = v->nRanks, nKinds = 0, mismatch = 0;
+  int* rep = malloc(sizeof(int) * (size_t)n);  /* a rank of each kind */
+  int* twin = malloc(sizeof(int) * (size_t)n); /* a second rank of that kind, -1 when none */
+  int* nics = malloc(sizeof(int) * (size_t)n); /* NIC count of each kind */
+  if (rep == NULL || twin == NULL || nics == NULL) {
+    /* No memory for the kinds: every pair. */
+    for (int x = 0; x < n && !mismatch; x++)
+      for (int y = x + 1; y < n && !mismatch; y++) mismatch = !mendReplanLinked(v, h, x, y);
+    goto free_kinds;
+  }
+  for (int r = 0; r < n; r++) {
+    int nr = pictureNics(h, r), k = 0;
+    while (k < nKinds && !(nics[k] == nr && v->rankNics[rep[k]] == v->rankNics[r])) k++;
+    if (k == nKinds) {
+      rep[k] = r;
+      twin[k] = -1;
+      nics[k] = nr;
+      nKinds++;
+    } else if (twin[k] < 0) {
+      twin[k] = r;
+    }
+  }
+  for (int a = 0; a < nKinds && !mismatch; a++) {
+    if (twin[a] >= 0) mismatch = !mendReplanLinked(v, h, rep[a], twin[a]);
+    for (int b = a + 1; b < nKinds && !mismatch; b++) mismatch = !mendReplanLinked(v, h, rep[a], rep[b]);
+  }
+free_kinds:
+  free(rep);
+  free(twin);
+  free(nics);
+  return mismatch;
+}
+
 ncclResult_t mendReplanRerank(struct mendPlanView* v, const struct mendViewHealth* h) {
-  int n = v->nRanks, mismatch = 0;
-  for (int x = 0; x < n && !mismatch; x++)
-    for (int y = x + 1; y < n && !mismatch; y++) mismatch = !mendReplanLinked(v, h, x, y);
-  if (!mismatch) return ncclSuccess;
+  int n = v->nRanks;
+  if (!mendReplanMismatch(v, h)) return ncclSuccess;
   struct search s = {.v = v, .h = h, .n = n};
   s.where = malloc(sizeof(int) * (size_t)n);
   s.used = malloc((size_t)n);

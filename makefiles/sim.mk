@@ -1,0 +1,9 @@
+# The planner at scale (sim/README.md): mend-plan runs Mend's own planner without communicators
+# (src/enqueue/plan_offline.c, part of the library) for a cluster described by a topology file.
+SIM_PLAN := $(BUILDDIR)/bin/mend-plan
+
+tools: $(SIM_PLAN)
+
+$(SIM_PLAN): sim/mend_plan.c sim/topo_file.c sim/topo_file.h $(STATIC)
+	@mkdir -p $(@D) $(BUILDDIR)/obj/sim
+	$(CC) $(CFLAGS_TOOL) -Isim -MF $(BUILDDIR)/obj/sim/mend-plan.d $(filter %.c,$^) -o $@ $(STATIC) $(CUDA_LIBS) $(LIBS)
