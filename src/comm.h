@@ -87,6 +87,7 @@ struct mendUserRedOp {
 struct mendBootstrap;
 struct mendTransport;
 struct mendProxy;
+struct mendRma;
 struct mendPlanner;
 struct mendTopo;
 struct mendResil;
@@ -147,6 +148,7 @@ struct ncclComm {
   int destroyed;                  /* guards double destroy */
   _Atomic int suspended;          /* 1 between ncclCommSuspend and ncclCommResume: operations are refused */
   _Atomic int64_t memExtraBytes;  /* bytes reported through mendCommMemAccount (staging beyond the connectors) */
+  struct mendRma* rma;            /* windows, one-sided connectors and signals (onesided.h); NULL until a window */
 };
 
 /* Validate a handle at the API boundary: WARN and ncclInvalidArgument on NULL or a dead comm. */

@@ -20,6 +20,7 @@
 #include "device/engine.h"
 #include "group.h"
 #include "misc/param.h"
+#include "onesided.h"
 #include "transport/transport.h"
 
 int mendCommQuiesce(struct ncclComm* comm, int abort) {
@@ -61,6 +62,7 @@ ncclResult_t mendCommTeardown(struct ncclComm* comm, int abort) {
     comm->magic = 0;
     return ncclSuccess;
   }
+  mendRmaStop(comm); /* the one-sided receiver reads connectors: stop it before they go */
   /* A revoked communicator's bootstrap is healthy: close it in order unless this is an abort. */
   int hard = abort || (mendCommAborted(comm) && atomic_load(&comm->state) != MEND_COMM_REVOKED);
   /* Operations complete before their last sends leave: deliver them before the connections close. */

@@ -3,9 +3,8 @@
  * memory through CUDA virtual memory (cuMemCreate + reserve + map, the granularity the driver
  * recommends; plain cuMemAlloc where VMM is unsupported or fails); without one (host mode),
  * page-aligned host memory, not zeroed, as NCCL's is not.  Every allocation is recorded, so
- * ncclMemFree knows how to release it.  ncclCommRegister/Deregister (a handle recording the range; nothing to pin), and
- * ncclCommWindowRegister/Deregister (success with a NULL window, as NCCL does where windows are
- * unsupported).  Registrations still alive at destroy are released then.
+ * ncclMemFree knows how to release it.  ncclCommRegister/Deregister (a handle recording the range;
+ * nothing to pin; windows are in window.c).  Registrations still alive at destroy are released then.
  */
 #include <pthread.h>
 #include <stddef.h>
@@ -216,26 +215,4 @@ void mendMemReleaseComm(struct ncclComm* comm) {
     free(r);
   }
   pthread_mutex_unlock(&regLock);
-}
-
-NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
-         int winFlags);
-ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
-  MENDCHECK(mendCommCheck(comm, "ncclCommWindowRegister"));
-  MENDARGCHECK(win != NULL, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
-  *win = NULL;
-  MENDARGCHECK(buff != NULL && size > 0, ncclInvalidArgument, "ncclCommWindowRegister: empty buffer (%p, %zu bytes)",
-               buff, size);
-  MENDARGCHECK((winFlags & ~0x3) == 0, ncclInvalidArgument, "ncclCommWindowRegister: invalid winFlags 0x%x", winFlags);
-  INFO_ONCE(NCCL_REG, "ncclCommWindowRegister: symmetric windows need device memory; host mode returns a NULL window");
-  return ncclSuccess;
-}
-
-NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win);
-ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  MENDCHECK(mendCommCheck(comm, "ncclCommWindowDeregister"));
-  /* Register only ever hands out NULL windows in host mode. */
-  MENDARGCHECK(win == NULL, ncclInvalidArgument, "ncclCommWindowDeregister: window %p was not registered by Mend",
-               (void*)win);
-  return ncclSuccess;
 }

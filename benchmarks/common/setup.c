@@ -287,7 +287,10 @@ int benchSetup(void) {
     if (benchP.devMode) benchGpuRankInit(r, benchP.o.streamNull);
   }
   size_t bytes = bufferBytes();
+  /* Window registration (-R 2) is collective: one group registers every local rank's windows. */
+  BENCH_NCCL(ncclGroupStart());
   for (int i = 0; i < benchP.nLocal; i++) allocRank(&benchP.ranks[i], bytes);
+  BENCH_NCCL(ncclGroupEnd());
   deviceReport();
   return 0;
 }

@@ -304,7 +304,7 @@ static ncclResult_t sigScan(struct mendWork** works, int nWorks, struct ncclComm
     const struct mendConnOps* ops = comm->planner->connOps;
     for (int ch = 0; ch < comm->nChannels; ch++)
       for (int peer = 0; peer < comm->nRanks; peer++)
-        for (int k = 0; k < MEND_NCONN_INDEX * 2 && peer != comm->rank; k++) {
+        for (int k = 0; k < MEND_NCONN_ENGINE * 2 && peer != comm->rank; k++) {
           struct mendConnector* c = ops->get(comm, ch, peer, k % 2 ? MEND_RECV : MEND_SEND, k / 2);
           if (c == NULL || usedBy(works, nWorks, c)) continue;
           MENDCHECK(scanConn(works, nWorks, comm, c, late));

@@ -28,7 +28,9 @@
 
 #define MEND_CONN_COLL 0         /* connIndex of collective connectors */
 #define MEND_CONN_P2P 1          /* connIndex of send/recv connectors (never shared with collectives) */
-#define MEND_NCONN_INDEX 2
+#define MEND_CONN_RMA 2          /* connIndex of one-sided puts and signals (onesided.c; the engine never uses it) */
+#define MEND_NCONN_ENGINE 2      /* connIndexes the executors use: [0, MEND_NCONN_ENGINE) */
+#define MEND_NCONN_INDEX 3
 /* Bootstrap tags of the transport layer: [MEND_TAG_TRANSPORT, MEND_TAG_TRANSPORT + 16).
  *   +0 init barrier (bell pages mapped), +1 info about the sender's SEND connectors, +2 about its RECV ones. */
 #define MEND_TAG_TRANSPORT 0x54520000

@@ -7,8 +7,9 @@
  *   - ncclCommSuspend / ncclCommResume / ncclCommMemStats: connector bytes counted, operations refused
  *     while suspended, exact results after resume (memory is kept while suspended: Suspend bytes 0);
  *   - ncclCommGetUniqueId, ncclCommGrow: argument errors and id rules (growing itself: test_grow.c);
- *   - ncclPutSignal, ncclSignal, ncclWaitSignal, ncclWinGetUserPtr: argument errors, then Mend's
- *     refusal (ncclInvalidUsage, a WARN saying it is not supported).
+ *   - ncclPutSignal, ncclSignal, ncclWaitSignal, ncclWinGetUserPtr: argument errors, calls before any
+ *     window (ncclInvalidUsage), then windows registered in a group by one thread for two ranks of
+ *     one process, a put and a signal between them, exact (across processes: test_onesided.c).
  */
 #include <inttypes.h>
 #include <stdint.h>
@@ -279,10 +280,10 @@ static void oneSidedErrors(void) {
   expect("api230_put_sig", ncclPutSignal(buf, 4, ncclFloat, 1, win, 0, -1, 0, 0, c, NULL), IA, "sigIdx");
   expect("api230_put_stream", ncclPutSignal(buf, 4, ncclFloat, 1, win, 0, 0, 0, 0, c, (cudaStream_t)buf), IA,
          "stream");
-  expect("api230_put_refused", ncclPutSignal(buf, 4, ncclFloat, 1, win, 0, 0, 0, 0, c, NULL), IU, "does not support");
+  expect("api230_put_before_window", ncclPutSignal(buf, 4, ncclFloat, 1, win, 0, 0, 0, 0, c, NULL), IU, "register one");
   expect("api230_signal_ctx", ncclSignal(1, 0, -1, 0, c, NULL), IA, "ctx");
   expect("api230_signal_peer", ncclSignal(-1, 0, 0, 0, c, NULL), IA, "peer");
-  expect("api230_signal_refused", ncclSignal(1, 0, 0, 0, c, NULL), IU, "does not support");
+  expect("api230_signal_before_window", ncclSignal(1, 0, 0, 0, c, NULL), IU, "register one");
   ncclWaitSignalDesc_t d[2] = {{1, 1, 0, 0}, {1, 5, 0, 0}};
   expect("api230_wait_ndesc", ncclWaitSignal(-1, d, c, NULL), IA, "nDesc");
   expect("api230_wait_null_descs", ncclWaitSignal(1, NULL, c, NULL), IA, "signalDescs");
@@ -290,16 +291,40 @@ static void oneSidedErrors(void) {
   d[1].peer = 0;
   d[1].opCnt = -1;
   expect("api230_wait_bad_opcnt", ncclWaitSignal(2, d, c, NULL), IA, "opCnt");
-  expect("api230_wait_refused", ncclWaitSignal(1, d, c, NULL), IU, "does not support");
+  expect("api230_wait_before_window", ncclWaitSignal(1, d, c, NULL), IU, "register one");
   void* p = buf;
   expect("api230_winptr_null_out", ncclWinGetUserPtr(c, win, NULL), IA, "outUserPtr");
   expect("api230_winptr_null_win", ncclWinGetUserPtr(c, NULL, &p), IA, "window is NULL");
   mtResult(p == NULL, "api230_winptr_sets_null", "%p", p);
-  expect("api230_winptr_foreign_win", ncclWinGetUserPtr(c, win, &p), IA, "not registered");
-  ncclWindow_t mine = win;
-  expect("api230_window_register", ncclCommWindowRegister(c, buf, sizeof(buf), &mine, NCCL_WIN_STRICT_ORDERING),
+  expect("api230_winptr_foreign_win", ncclWinGetUserPtr(c, win, &p), IA, "not a live window");
+  expect("api230_window_deregister_foreign", ncclCommWindowDeregister(c, win), IA, "not a live window");
+}
+
+/* Ranks as threads of one process (p2p connectors): windows registered in a group from one thread,
+ * a put and signals from rank 0 to rank 1, waited for on rank 1. */
+static void oneSidedThreads(void) {
+  static float w[2][256], src[256];
+  ncclWindow_t win[2] = {NULL, NULL};
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclCommWindowRegister(comms[r], w[r], sizeof(w[r]), &win[r], NCCL_WIN_STRICT_ORDERING);
+  expect("api230_window_register_group", ncclGroupEnd(), ncclSuccess, NULL);
+  mtResult(win[0] && win[1] && win[0] != win[1], "api230_window_handles", "%p %p", (void*)win[0], (void*)win[1]);
+  void* p = NULL;
+  expect("api230_winptr", ncclWinGetUserPtr(comms[1], win[1], &p), ncclSuccess, NULL);
+  mtResult(p == w[1], "api230_winptr_value", "%p, want %p", p, (void*)w[1]);
+  expect("api230_winptr_other_comm", ncclWinGetUserPtr(comms[0], win[1], &p), IA, "not a live window");
+  for (int i = 0; i < 256; i++) src[i] = (float)(i * 3 + 1);
+  expect("api230_put", ncclPutSignal(src, 200, ncclFloat, 1, win[0], 8 * sizeof(float), 0, 0, 0, comms[0], NULL),
          ncclSuccess, NULL);
-  expect("api230_window_deregister", ncclCommWindowDeregister(c, mine), ncclSuccess, NULL);
+  expect("api230_signal", ncclSignal(1, 7, 0, 0, comms[0], NULL), ncclSuccess, NULL);
+  ncclWaitSignalDesc_t d[2] = {{1, 0, 0, 0}, {1, 0, 7, 0}};
+  expect("api230_wait", ncclWaitSignal(2, d, comms[1], NULL), ncclSuccess, NULL);
+  int bad = 0;
+  for (int i = 0; i < 256; i++) bad += w[1][i] != (i >= 8 && i < 208 ? (float)((i - 8) * 3 + 1) : 0.0f);
+  mtResult(bad == 0, "api230_put_exact", "%d wrong elements", bad);
+  for (int r = 0; r < 2; r++)
+    expect("api230_window_deregister", ncclCommWindowDeregister(comms[r], win[r]), ncclSuccess, NULL);
+  expect("api230_window_deregister_twice", ncclCommWindowDeregister(comms[0], win[0]), IA, "not a live window");
 }
 
 int main(void) {
@@ -328,6 +353,7 @@ int main(void) {
   suspendResume();
   growErrors();
   oneSidedErrors();
+  oneSidedThreads();
   mtResult(allReduceOk(64), "api230_still_works", "wrong results");
   ncclCommDestroy(comms[0]);
   ncclCommDestroy(comms[1]);

@@ -150,11 +150,15 @@ static void hostModeCalls(ncclComm_t c) {
   expect("api_host_deregister", ncclCommDeregister(c, h1), ncclSuccess, NULL);
   expect("api_host_deregister_twice", ncclCommDeregister(c, h1), ncclInvalidArgument, "not a live registration");
   /* h2 stays registered: destroy releases it */
-  ncclWindow_t win = (ncclWindow_t)0x1;
-  expect("api_host_window_register", ncclCommWindowRegister(c, area, sizeof area, &win, NCCL_WIN_COLL_SYMMETRIC),
-         ncclSuccess, NULL);
-  mtResult(win == NULL, "api_host_window_is_null", "window %p", (void*)win);
-  expect("api_host_window_deregister", ncclCommWindowDeregister(c, win), ncclSuccess, NULL);
+  /* Window registration is collective: both ranks, in a group from this one thread. */
+  ncclWindow_t win[2] = {NULL, NULL};
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclCommWindowRegister(comms[r], area, sizeof area, &win[r], NCCL_WIN_COLL_SYMMETRIC);
+  expect("api_host_window_register", ncclGroupEnd(), ncclSuccess, NULL);
+  mtResult(win[0] != NULL && win[1] != NULL && win[0] != win[1], "api_host_window_handles", "windows %p %p",
+           (void*)win[0], (void*)win[1]);
+  for (int r = 0; r < 2; r++)
+    expect("api_host_window_deregister", ncclCommWindowDeregister(comms[r], win[r]), ncclSuccess, NULL);
   ncclRedOp_t ops[2];
   double dscalar = 0.25;
   expect("api_host_premulsum_host", ncclRedOpCreatePreMulSum(&ops[0], &dscalar, ncclDouble, ncclScalarHostImmediate, c),

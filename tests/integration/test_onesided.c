@@ -1,0 +1,218 @@
+/*
+ * One-sided operations and suspend/resume across processes, over shared memory and over sockets
+ * (NCCL_SHM_DISABLE=1: every peer through the Net and the proxy):
+ *   - ring_*: every rank registers two windows, puts three sizes (3, 2000 and 60000 floats, the last
+ *     over many slots of a 64 KiB FIFO) into the next rank's window with a signal each, signals it
+ *     twice more, puts into its own window, then waits for all of them in one ncclWaitSignal; every
+ *     byte of the windows is checked (what the previous rank put, and -1 everywhere else), an
+ *     AllReduce after is exact, and the window survives a second round that waits signal by signal;
+ *   - errors_*: argument errors (window, range, sigIdx, ctx, group, suspended, deregistered), and a
+ *     put the receiver must refuse (its window deregistered there only): the target's
+ *     ncclWaitSignal fails with ncclRemoteError instead of writing freed memory;
+ *   - suspend_*: MemStats before and after, every operation refused while suspended (collective,
+ *     send, put, signal), collectives and puts exact after resume.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mp_util.h"
+
+#define NA 70000 /* floats in window A */
+#define NB 64    /* floats in window B */
+static const size_t kCount[3] = {3, 2000, 60000}; /* floats per put, round r */
+static const size_t kOff[3] = {0, 16, 4096};      /* where round r lands in A */
+
+static float valueOf(int rank, int r, size_t i) { return (float)(rank * 1000000 + r * 100000 + (int)i); }
+
+/* The window after the ring rounds: prev's pattern in each round's range, -1 elsewhere. */
+static int checkWindowA(const float* a, int prev) {
+  for (size_t i = 0; i < NA; i++) {
+    float want = -1;
+    for (int r = 0; r < 3; r++)
+      if (i >= kOff[r] && i < kOff[r] + kCount[r]) want = valueOf(prev, r, i - kOff[r]);
+    if (a[i] != want) {
+      fprintf(stderr, "rank %d: window A[%zu] = %g, want %g\n", mpRank, i, a[i], want);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int allReduceOk(ncclComm_t comm, int rank, int n) {
+  static float in[1024], out[1024];
+  for (int i = 0; i < 1024; i++) in[i] = (float)(rank + i), out[i] = -1;
+  if (ncclAllReduce(in, out, 1024, ncclFloat, ncclSum, comm, NULL) != ncclSuccess) return 0;
+  for (int i = 0; i < 1024; i++)
+    if (out[i] != (float)(n * i + n * (n - 1) / 2)) return 0;
+  return 1;
+}
+
+static void ring(const struct mpChild* c) {
+  ncclComm_t comm = mpInitComm(c->rank, c->n, c->arg);
+  int next = (c->rank + 1) % c->n, prev = (c->rank + c->n - 1) % c->n;
+  CKR(ncclSignal(next, 0, 0, 0, comm, NULL), ncclInvalidUsage); /* no window yet */
+  float* a = malloc(sizeof(float) * (NA + 16 * (size_t)c->rank));
+  float* src = malloc(sizeof(float) * NA);
+  static float b[NB], bsrc[NB];
+  CK(a && src);
+  for (size_t i = 0; i < NA; i++) a[i] = -1;
+  ncclWindow_t wa = NULL, wb = NULL;
+  CKOK(ncclCommWindowRegister(comm, a, sizeof(float) * (NA + 16 * (size_t)c->rank), &wa, NCCL_WIN_DEFAULT));
+  CKOK(ncclCommWindowRegister(comm, b, sizeof(b), &wb, NCCL_WIN_STRICT_ORDERING));
+  CK(wa != NULL && wb != NULL && wa != wb);
+  void* p = NULL;
+  CKOK(ncclWinGetUserPtr(comm, wa, &p));
+  CK(p == a);
+  for (int r = 0; r < 3; r++) {
+    for (size_t i = 0; i < kCount[r]; i++) src[i] = valueOf(c->rank, r, i);
+    CKOK(ncclPutSignal(src, kCount[r], ncclFloat, next, wa, kOff[r] * sizeof(float), 1, 0, 0, comm, NULL));
+    for (size_t i = 0; i < kCount[r]; i++) src[i] = -7; /* reusable once the call returned */
+  }
+  CKOK(ncclSignal(next, 2, 0, 0, comm, NULL));
+  CKOK(ncclSignal(next, 2, 0, 0, comm, NULL));
+  for (int i = 0; i < NB; i++) bsrc[i] = (float)(c->rank * 10 + i);
+  CKOK(ncclPutSignal(bsrc, NB, ncclFloat, c->rank, wb, 0, 3, 0, 0, comm, NULL));
+  ncclWaitSignalDesc_t d[4] = {{2, prev, 1, 0}, {1, prev, 1, 0}, {2, prev, 2, 0}, {1, c->rank, 3, 0}};
+  CKOK(ncclWaitSignal(4, d, comm, NULL));
+  CK(checkWindowA(a, prev));
+  for (int i = 0; i < NB; i++) CK(b[i] == (float)(c->rank * 10 + i));
+  CK(allReduceOk(comm, c->rank, c->n));
+  /* Round two: one put into B of the next rank, waited for alone, signal by signal. */
+  for (int i = 0; i < NB; i++) bsrc[i] = (float)(c->rank * 100 + i);
+  CKOK(ncclPutSignal(bsrc, NB / 2, ncclFloat, next, wb, sizeof(float) * NB / 2, 4, 0, 0, comm, NULL));
+  ncclWaitSignalDesc_t one = {1, prev, 4, 0};
+  CKOK(ncclWaitSignal(1, &one, comm, NULL));
+  for (int i = 0; i < NB / 2; i++) CK(b[NB / 2 + i] == (float)(prev * 100 + i));
+  CK(allReduceOk(comm, c->rank, c->n)); /* nobody deregisters while a put may still come */
+  CKOK(ncclCommWindowDeregister(comm, wa));
+  CKOK(ncclCommWindowDeregister(comm, wb));
+  CKOK(ncclCommDestroy(comm));
+  free(a);
+  free(src);
+}
+
+/* The last WARN mentions `word`. */
+static void lastWarn(const char* word) {
+  const char* last = ncclGetLastError(NULL);
+  if (!last || !strstr(last, word)) {
+    fprintf(stderr, "rank %d: last error \"%s\" does not mention \"%s\"\n", mpRank, last ? last : "(null)", word);
+    exit(1);
+  }
+}
+#define CKE(call, want, word) \
+  do {                        \
+    CKR(call, want);          \
+    lastWarn(word);           \
+  } while (0)
+
+static void argErrors(ncclComm_t comm, ncclWindow_t wa, int peer) {
+  const ncclResult_t IA = ncclInvalidArgument, IU = ncclInvalidUsage;
+  float x[8] = {0};
+  CKE(ncclPutSignal(x, 8, ncclFloat, peer, wa, sizeof(float) * (NB - 7), 0, 0, 0, comm, NULL), IA, "do not fit");
+  CKE(ncclPutSignal(x, 1, ncclFloat, peer, wa, (size_t)-1, 0, 0, 0, comm, NULL), IA, "do not fit");
+  CKE(ncclPutSignal(x, 1, ncclFloat, peer, (ncclWindow_t)x, 0, 0, 0, 0, comm, NULL), IA, "not a live window");
+  CKE(ncclPutSignal(x, 1, ncclFloat, peer, NULL, 0, 0, 0, 0, comm, NULL), IA, "not a live window");
+  CKE(ncclPutSignal(x, 1, ncclFloat, peer, wa, 0, 64, 0, 0, comm, NULL), IA, "MEND_RMA_SIGNALS");
+  CKE(ncclSignal(peer, 0, 1, 0, comm, NULL), IA, "numRmaCtx");
+  ncclWaitSignalDesc_t d = {1, peer, 64, 0};
+  CKE(ncclWaitSignal(1, &d, comm, NULL), IA, "sigIdx");
+  CKOK(ncclGroupStart());
+  CKE(ncclSignal(peer, 0, 0, 0, comm, NULL), IU, "ncclGroupStart");
+  CKOK(ncclGroupEnd());
+  CKOK(ncclCommSuspend(comm, 0));
+  CKE(ncclPutSignal(x, 1, ncclFloat, peer, wa, 0, 0, 0, 0, comm, NULL), IU, "suspended");
+  CKE(ncclWaitSignal(1, &d, comm, NULL), IU, "suspended");
+  CKOK(ncclCommResume(comm));
+  void* p = NULL;
+  CKE(ncclWinGetUserPtr(comm, (ncclWindow_t)x, &p), IA, "not a live window");
+  CK(p == NULL);
+  CKE(ncclCommWindowDeregister(comm, (ncclWindow_t)x), IA, "not a live window");
+  CKE(ncclCommWindowDeregister(comm, NULL), IA, "NULL");
+}
+
+static void errors(const struct mpChild* c) {
+  ncclComm_t comm = mpInitComm(c->rank, c->n, c->arg);
+  static float a[NB], b[NB];
+  ncclWindow_t wa = NULL, wb = NULL;
+  CKE(ncclWaitSignal(0, NULL, comm, NULL), ncclInvalidUsage, "register one");
+  CKOK(ncclCommWindowRegister(comm, a, sizeof(a), &wa, 0));
+  CKOK(ncclCommWindowRegister(comm, b, sizeof(b), &wb, 0));
+  argErrors(comm, wa, 1 - c->rank);
+  /* Rank 1 drops window B; rank 0 (whose view of B is still valid) puts into it: rank 1 refuses. */
+  if (c->rank == 1) CKOK(ncclCommWindowDeregister(comm, wb));
+  CK(allReduceOk(comm, c->rank, c->n));
+  float x[4] = {1, 2, 3, 4};
+  if (c->rank == 0) {
+    CKOK(ncclPutSignal(x, 4, ncclFloat, 1, wb, 0, 5, 0, 0, comm, NULL));
+  } else {
+    ncclWaitSignalDesc_t d = {1, 0, 5, 0};
+    CKE(ncclWaitSignal(1, &d, comm, NULL), ncclRemoteError, "refused a one-sided message");
+    for (int i = 0; i < NB; i++) CK(b[i] == 0);
+  }
+  CK(allReduceOk(comm, c->rank, c->n));
+  if (c->rank == 0) CKOK(ncclCommWindowDeregister(comm, wb));
+  CKOK(ncclCommWindowDeregister(comm, wa));
+  CKOK(ncclCommDestroy(comm));
+}
+
+static uint64_t memStat(ncclComm_t comm, ncclCommMemStat_t s) {
+  uint64_t v = UINT64_MAX;
+  CKOK(ncclCommMemStats(comm, s, &v));
+  return v;
+}
+
+static void suspendResume(const struct mpChild* c) {
+  ncclComm_t comm = mpInitComm(c->rank, c->n, c->arg);
+  static float win[NB], x[NB];
+  ncclWindow_t w = NULL;
+  int peer = (c->rank + 1) % c->n, prev = (c->rank + c->n - 1) % c->n;
+  CKOK(ncclCommWindowRegister(comm, win, sizeof(win), &w, 0));
+  CK(allReduceOk(comm, c->rank, c->n));
+  uint64_t total = memStat(comm, ncclStatGpuMemTotal);
+  CK(total > 0 && total != UINT64_MAX);
+  CK(memStat(comm, ncclStatGpuMemSuspend) + memStat(comm, ncclStatGpuMemPersist) == total);
+  CKOK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+  CK(memStat(comm, ncclStatGpuMemSuspended) == 1);
+  fprintf(stderr, "# rank %d: MemStats total %llu before suspend, %llu suspended\n", c->rank,
+          (unsigned long long)total, (unsigned long long)memStat(comm, ncclStatGpuMemTotal));
+  CKE(ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage, "suspended");
+  CKE(ncclSend(x, 1, ncclFloat, peer, comm, NULL), ncclInvalidUsage, "suspended");
+  CKE(ncclSignal(peer, 0, 0, 0, comm, NULL), ncclInvalidUsage, "suspended");
+  CKE(ncclPutSignal(x, 1, ncclFloat, peer, w, 0, 0, 0, 0, comm, NULL), ncclInvalidUsage, "suspended");
+  CKOK(ncclCommResume(comm));
+  CK(memStat(comm, ncclStatGpuMemSuspended) == 0);
+  CK(memStat(comm, ncclStatGpuMemTotal) == total);
+  for (int r = 0; r < 3; r++) CK(allReduceOk(comm, c->rank, c->n));
+  for (int i = 0; i < NB; i++) x[i] = (float)(c->rank * 1000 + i);
+  CKOK(ncclPutSignal(x, NB, ncclFloat, peer, w, 0, 0, 0, 0, comm, NULL));
+  ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+  CKOK(ncclWaitSignal(1, &d, comm, NULL));
+  for (int i = 0; i < NB; i++) CK(win[i] == (float)(prev * 1000 + i));
+  CK(allReduceOk(comm, c->rank, c->n));
+  CKOK(ncclCommWindowDeregister(comm, w));
+  CKOK(ncclCommDestroy(comm));
+}
+
+int main(int argc, char** argv) {
+  if (mpIsChild(argc, argv)) {
+    struct mpChild c = mpChildStart(argv, 60);
+    if (strcmp(c.scenario, "ring") == 0) ring(&c);
+    else if (strcmp(c.scenario, "errors") == 0) errors(&c);
+    else if (strcmp(c.scenario, "suspend") == 0) suspendResume(&c);
+    else return 2;
+    return 0;
+  }
+  if (!mtStart("onesided", 300)) return mtExitCode();
+  const char* const shm[] = {"NCCL_BUFFSIZE=65536", NULL};
+  const char* const net[] = {"NCCL_BUFFSIZE=65536", "NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
+  mpRun("onesided_ring_shm_2ranks", "ring", 2, shm, 60, 2, 0);
+  mpRun("onesided_ring_shm_4ranks", "ring", 4, shm, 60, 4, 0);
+  mpRun("onesided_ring_sockets_3ranks", "ring", 3, net, 60, 3, 0);
+  mpRun("onesided_errors_shm", "errors", 2, shm, 60, 2, 0);
+  mpRun("onesided_errors_sockets", "errors", 2, net, 60, 2, 0);
+  mpRun("onesided_suspend_shm_3ranks", "suspend", 3, shm, 60, 3, 0);
+  mpRun("onesided_suspend_sockets_2ranks", "suspend", 2, net, 60, 2, 0);
+  return mtExitCode();
+}
