@@ -4,10 +4,13 @@
  * What Mend does today (host mode and device mode alike):
  *   - MemStats counts the memory the communicator holds for its connectors: the FIFO and slot memory
  *     of every connected connector this rank owns (net: both ends hold their own; p2p and shm: the
- *     receiving end holds it), plus what other layers report through mendCommMemAccount.
+ *     receiving end holds it; the one-sided connectors too), the one-sided signal counters, plus
+ *     what other layers report through mendCommMemAccount.
  *   - Suspend marks the communicator suspended: collectives and point-to-point calls are refused with
- *     ncclInvalidUsage until Resume.  It does NOT release memory yet: releasing and rebuilding
- *     connectors needs the transport's help (tear connectors down while idle, reconnect at resume).
+ *     ncclInvalidUsage until Resume (one-sided calls too).  It does NOT release memory yet: releasing
+ *     and rebuilding connectors needs the transport's help (tear connectors down while idle, reconnect
+ *     at resume), and today the proxy, the resilient net and the planner's kept plans hold pointers to
+ *     connectors that nothing can take back from them.
  *     So every counted byte is reported as persistent (ncclStatGpuMemPersist) and
  *     ncclStatGpuMemSuspend, the bytes suspend would release, is 0.
  */
@@ -16,6 +19,7 @@
 #include "api.h"
 #include "checks.h"
 #include "comm.h"
+#include "onesided.h"
 #include "transport/fifo.h"
 #include "transport/transport.h"
 
@@ -88,7 +92,7 @@ ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t
   MENDCHECK(mendCommCheck(comm, "ncclCommMemStats"));
   MENDARGCHECK(value != NULL, ncclInvalidArgument, "ncclCommMemStats: value is NULL");
   int64_t extra = atomic_load_explicit(&comm->memExtraBytes, memory_order_relaxed);
-  uint64_t total = connectorBytes(comm) + (extra > 0 ? (uint64_t)extra : 0);
+  uint64_t total = connectorBytes(comm) + mendRmaBytes(comm) + (extra > 0 ? (uint64_t)extra : 0);
   switch (stat) {
     case ncclStatGpuMemSuspend: *value = 0; break; /* suspend releases nothing yet (see above) */
     case ncclStatGpuMemSuspended: *value = (uint64_t)atomic_load(&comm->suspended); break;
