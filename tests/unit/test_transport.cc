@@ -311,7 +311,8 @@ TEST_F(TransportThreads, SelfConnectionOnOneRank) {
 
 TEST_F(TransportThreads, BadRequestsAreRejected) {
   auto comms = makeComms(1, false);
-  mendConnReq bad[] = {{5, 0, MEND_SEND, 0}, {0, 99, MEND_SEND, 0}, {0, 0, 7, 0}, {0, 0, MEND_SEND, 2}, {-1, 0, MEND_RECV, 0}};
+  mendConnReq bad[] = {{5, 0, MEND_SEND, 0}, {0, 99, MEND_SEND, 0}, {0, 0, 7, 0}, {0, 0, MEND_SEND, MEND_NCONN_INDEX},
+                      {-1, 0, MEND_RECV, 0}};
   for (auto& r : bad) EXPECT_EQ(mendTransportConnect(comms[0], 1, &r), ncclInvalidArgument);
   EXPECT_EQ(mendTransportConnect(comms[0], -1, bad), ncclInvalidArgument);
   EXPECT_EQ(mendTransportConnect(comms[0], 1, nullptr), ncclInvalidArgument);
