@@ -1,6 +1,7 @@
 /*
  * One-sided operations and suspend/resume across processes, over shared memory and over sockets
- * (NCCL_SHM_DISABLE=1: every peer through the Net and the proxy):
+ * (NCCL_SHM_DISABLE=1: every peer through the Net and the proxy; and through the resilient net,
+ * MEND_RESILIENCE=1, the layer hot repair replays from):
  *   - ring_*: every rank registers two windows, puts three sizes (3, 2000 and 60000 floats, the last
  *     over many slots of a 64 KiB FIFO) into the next rank's window with a signal each, signals it
  *     twice more, puts into its own window, then waits for all of them in one ncclWaitSignal; every
@@ -207,9 +208,13 @@ int main(int argc, char** argv) {
   if (!mtStart("onesided", 300)) return mtExitCode();
   const char* const shm[] = {"NCCL_BUFFSIZE=65536", NULL};
   const char* const net[] = {"NCCL_BUFFSIZE=65536", "NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
+  /* The resilient net (hot repair's layer: framing, acknowledgements, replay) over the one NIC. */
+  const char* const resil[] = {"NCCL_BUFFSIZE=65536", "NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo",
+                               "MEND_RESILIENCE=1", NULL};
   mpRun("onesided_ring_shm_2ranks", "ring", 2, shm, 60, 2, 0);
   mpRun("onesided_ring_shm_4ranks", "ring", 4, shm, 60, 4, 0);
   mpRun("onesided_ring_sockets_3ranks", "ring", 3, net, 60, 3, 0);
+  mpRun("onesided_ring_resilient_net_3ranks", "ring", 3, resil, 60, 3, 0);
   mpRun("onesided_errors_shm", "errors", 2, shm, 60, 2, 0);
   mpRun("onesided_errors_sockets", "errors", 2, net, 60, 2, 0);
   mpRun("onesided_suspend_shm_3ranks", "suspend", 3, shm, 60, 3, 0);
