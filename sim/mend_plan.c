@@ -143,12 +143,14 @@ static double secondsSince(const struct timespec* t0) {
 int main(int argc, char** argv) {
   struct args a;
   memset(&a, 0, sizeof(a));
+  setenv("NCCL_DEBUG", "WARN", 0); /* what is wrong with a topology is said in a WARN */
   int bad = parseArgs(argc, argv, &a);
   if (bad) return bad;
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   struct mendOffline* o;
-  if (mendOfflineCreate(&a.topo, &o) != ncclSuccess) return 1;
+  ncclResult_t res = mendOfflineCreate(&a.topo, &o);
+  if (res != ncclSuccess) return res == ncclInvalidArgument ? 2 : 1;
   int n = mendOfflineRanks(o);
   double tShared = secondsSince(&t0);
   int per = a.func == MEND_FUNC_ALLGATHER || a.func == MEND_FUNC_REDUCESCATTER || a.func == MEND_FUNC_ALLTOALL;

@@ -42,6 +42,8 @@ static ncclResult_t addFault(struct mendOfflineTopo* t, double server, double ni
 static ncclResult_t parseLine(char* s, const char* where, int line, struct mendOfflineTopo* t) {
   char* hash = strchr(s, '#');
   if (hash) *hash = '\0';
+  for (char* c = s; *c; c++) /* "down=3,5" reads as "down 3 5" (one word on a command line) */
+    if (*c == '=' || *c == ',') *c = ' ';
   char* key = strtok(s, " \t\r");
   if (key == NULL) return ncclSuccess;
   char* rest = strtok(NULL, "\r");

@@ -3,6 +3,7 @@
  *   servers N | gpus N (per server) | nics N (per server, one per rail) | gbps R (NIC line rate)
  *   channels N (exactly N channels) | minchannels N | maxchannels N
  *   down S D (server S's NIC D is down) | degraded S D R (it runs at R Gbit/s)
+ * '=' and ',' read as spaces: "servers=2;down=0,1" is one shell word.
  */
 #ifndef MEND_SIM_TOPO_FILE_H_
 #define MEND_SIM_TOPO_FILE_H_
