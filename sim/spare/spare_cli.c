@@ -126,6 +126,11 @@ static int bench(const struct cliArgs* a, int* stk0) {
   unsigned char* failed = malloc((size_t)n);
   double* times = malloc((size_t)n * a->trials * sizeof(double));
   long calls = 0, reorders = 0, endured = 0;
+  if (stk == NULL || order == NULL || failed == NULL || times == NULL) {
+    fprintf(stderr, "mend-spare: no memory for the bench\n");
+    free(stk), free(order), free(failed), free(times);
+    return 1;
+  }
   srand48((long)a->seed);
   for (int trial = 0; trial < a->trials; trial++) {
     memcpy(stk, stk0, (size_t)n * r * sizeof(int));
@@ -178,7 +183,10 @@ int main(int argc, char** argv) {
   if (parseArgs(argc, argv, &a) != 0) return usage();
   if (mendSpareCheck(a.n, a.r, NULL, NULL) != ncclSuccess) return 1;
   int* stk = malloc((size_t)a.n * a.r * sizeof(int));
-  if (stk == NULL) return 1;
+  if (stk == NULL) {
+    fprintf(stderr, "mend-spare: no memory for a table of %d x %d types\n", a.n, a.r);
+    return 1;
+  }
   ncclResult_t res = a.stacks != NULL ? (readStacks(a.stacks, a.n, a.r, stk) ? ncclInvalidArgument : ncclSuccess)
                      : a.replica      ? mendSpareLayoutReplica(a.n, a.r, stk)
                                       : mendSpareLayoutCyclic(a.n, a.r, NULL, stk);
