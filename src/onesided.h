@@ -72,6 +72,7 @@ struct mendRma {
   pthread_cond_t cond;          /* broadcast when a signal arrives or the receiver stops */
   pthread_mutex_t sendLock;     /* one put at a time per communicator (messages never interleave) */
   struct mendWindow* wins;      /* live windows */
+  void* pendingJob;             /* this group's registration job not started yet (window.c), or NULL */
   uint64_t nextSeq;             /* next registration number */
   int connected;                /* RMA connectors established */
   int nCtx, nSig;               /* contexts (config numRmaCtx) and signals per context (MEND_RMA_SIGNALS) */

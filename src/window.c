@@ -105,28 +105,33 @@ struct winInfo {
   uint64_t size;  /* its window's bytes */
 };
 
-/* A registration's arguments, kept until it runs (inside a group: at ncclGroupEnd). */
-struct winJob {
-  struct ncclComm* comm;
+/* One registration's arguments, kept until it runs (inside a group: at ncclGroupEnd). */
+struct winReq {
   void* buff;
   size_t size;
   int flags;
   ncclWindow_t* win;
 };
 
+/* The registrations of one communicator in one group, in call order: one job runs them one after
+ * the other, so every rank numbers its windows in its program order (jobs of a group run in parallel
+ * threads, which would race for the numbers and for the bootstrap). */
+struct winJob {
+  struct ncclComm* comm;
+  struct mendRma* rma;
+  int n, cap;
+  struct winReq* reqs;
+};
+
 /* Every rank registered the same window (same number): sizes known, connectors up, handle made. */
-static ncclResult_t winRegister(void* arg) {
-  struct winJob* j = arg;
-  struct ncclComm* comm = j->comm;
-  struct mendRma* rma = NULL;
+static ncclResult_t winRegister(struct ncclComm* comm, struct mendRma* rma, const struct winReq* req) {
   struct winInfo* all = NULL;
   struct mendWindow* w = NULL;
   ncclResult_t res = ncclSuccess;
-  MENDCHECK(mendRmaGet(comm, &rma));
   MENDCHECKGOTO(MENDCALLOC(all, comm->nRanks), res, fail);
   MENDCHECKGOTO(MENDCALLOC(w, 1), res, fail);
   MENDCHECKGOTO(MENDCALLOC(w->peerSize, comm->nRanks), res, fail);
-  all[comm->rank] = (struct winInfo){.seq = rma->nextSeq, .size = j->size};
+  all[comm->rank] = (struct winInfo){.seq = rma->nextSeq, .size = req->size};
   MENDCHECKGOTO(mendBootstrapAllGather(comm->bootstrap, all, sizeof(*all)), res, fail);
   for (int r = 0; r < comm->nRanks; r++) {
     if (all[r].seq != rma->nextSeq) {
@@ -141,17 +146,17 @@ static ncclResult_t winRegister(void* arg) {
   MENDCHECKGOTO(mendRmaConnect(comm, rma), res, fail);
   w->magic = MEND_WIN_MAGIC;
   w->comm = comm;
-  w->userPtr = j->buff;
-  w->size = j->size;
-  w->flags = j->flags;
+  w->userPtr = req->buff;
+  w->size = req->size;
+  w->flags = req->flags;
   w->seq = rma->nextSeq++;
   pthread_mutex_lock(&rma->lock);
   w->next = rma->wins;
   rma->wins = w;
   pthread_mutex_unlock(&rma->lock);
-  *j->win = (ncclWindow_t)w;
+  *req->win = (ncclWindow_t)w;
   INFO(NCCL_REG, "comm %p rank %d: window %llu registered (%p, %zu bytes, flags 0x%x)", (void*)comm, comm->rank,
-       (unsigned long long)w->seq, j->buff, j->size, j->flags);
+       (unsigned long long)w->seq, req->buff, req->size, req->flags);
   free(all);
   return ncclSuccess;
 fail:
@@ -159,6 +164,27 @@ fail:
   free(w);
   free(all);
   return res;
+}
+
+/* The job is no longer the one later registrations of its group join. */
+static void winJobDetach(struct winJob* j) {
+  pthread_mutex_lock(&j->rma->lock);
+  if (j->rma->pendingJob == j) j->rma->pendingJob = NULL;
+  pthread_mutex_unlock(&j->rma->lock);
+}
+
+static ncclResult_t winJobRun(void* arg) {
+  struct winJob* j = arg;
+  winJobDetach(j);
+  for (int i = 0; i < j->n; i++) MENDCHECK(winRegister(j->comm, j->rma, &j->reqs[i]));
+  return ncclSuccess;
+}
+
+static void winJobFree(void* arg) {
+  struct winJob* j = arg;
+  winJobDetach(j);
+  free(j->reqs);
+  free(j);
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
@@ -179,10 +205,27 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
   int state = atomic_load(&comm->state);
   MENDARGCHECK(state == MEND_COMM_READY && !mendCommAborted(comm), ncclInvalidUsage,
                "ncclCommWindowRegister: communicator %p is not ready (state %d)", (void*)comm, state);
-  struct winJob* j = malloc(sizeof(*j));
-  MENDARGCHECK(j != NULL, ncclSystemError, "ncclCommWindowRegister: out of memory");
-  *j = (struct winJob){.comm = comm, .buff = buff, .size = size, .flags = winFlags, .win = win};
-  return mendGroupAddJob(comm, winRegister, j, free);
+  struct mendRma* rma = NULL;
+  MENDCHECK(mendRmaGet(comm, &rma));
+  struct winReq req = {.buff = buff, .size = size, .flags = winFlags, .win = win};
+  pthread_mutex_lock(&rma->lock);
+  struct winJob* j = rma->pendingJob;
+  int isNew = j == NULL;
+  if (isNew && (j = calloc(1, sizeof(*j))) != NULL) *j = (struct winJob){.comm = comm, .rma = rma};
+  if (j && j->n == j->cap) {
+    struct winReq* r = realloc(j->reqs, sizeof(*r) * (size_t)(j->cap ? 2 * j->cap : 4));
+    if (r) j->reqs = r, j->cap = j->cap ? 2 * j->cap : 4;
+  }
+  int ok = j && j->n < j->cap;
+  if (ok) j->reqs[j->n++] = req;
+  if (ok && isNew) rma->pendingJob = j;
+  pthread_mutex_unlock(&rma->lock);
+  if (!ok) {
+    if (isNew && j) free(j);
+    WARN("ncclCommWindowRegister: out of memory");
+    return ncclSystemError;
+  }
+  return isNew ? mendGroupAddJob(comm, winJobRun, j, winJobFree) : ncclSuccess;
 }
 
 /* Unlink window `win` of comm; NULL when it is not one. */

@@ -303,12 +303,18 @@ static void oneSidedErrors(void) {
 /* Ranks as threads of one process (p2p connectors): windows registered in a group from one thread,
  * a put and signals from rank 0 to rank 1, waited for on rank 1. */
 static void oneSidedThreads(void) {
-  static float w[2][256], src[256];
-  ncclWindow_t win[2] = {NULL, NULL};
-  ncclGroupStart();
-  for (int r = 0; r < 2; r++) ncclCommWindowRegister(comms[r], w[r], sizeof(w[r]), &win[r], NCCL_WIN_STRICT_ORDERING);
+  static float w[2][256], small[2][4], src[256];
+  ncclWindow_t win[2] = {NULL, NULL}, win2[2] = {NULL, NULL};
+  ncclGroupStart(); /* two windows per rank in one group: numbered in call order on both ranks */
+  for (int r = 0; r < 2; r++) {
+    ncclCommWindowRegister(comms[r], small[r], sizeof(small[r]), &win2[r], 0);
+    ncclCommWindowRegister(comms[r], w[r], sizeof(w[r]), &win[r], NCCL_WIN_STRICT_ORDERING);
+  }
   expect("api230_window_register_group", ncclGroupEnd(), ncclSuccess, NULL);
-  mtResult(win[0] && win[1] && win[0] != win[1], "api230_window_handles", "%p %p", (void*)win[0], (void*)win[1]);
+  mtResult(win[0] && win[1] && win[0] != win[1] && win2[0] && win2[0] != win[0], "api230_window_handles",
+           "%p %p %p", (void*)win[0], (void*)win[1], (void*)win2[0]);
+  expect("api230_put_small_window_range", ncclPutSignal(src, 5, ncclFloat, 1, win2[0], 0, 0, 0, 0, comms[0], NULL), IA,
+         "do not fit");
   void* p = NULL;
   expect("api230_winptr", ncclWinGetUserPtr(comms[1], win[1], &p), ncclSuccess, NULL);
   mtResult(p == w[1], "api230_winptr_value", "%p, want %p", p, (void*)w[1]);
@@ -322,8 +328,10 @@ static void oneSidedThreads(void) {
   int bad = 0;
   for (int i = 0; i < 256; i++) bad += w[1][i] != (i >= 8 && i < 208 ? (float)((i - 8) * 3 + 1) : 0.0f);
   mtResult(bad == 0, "api230_put_exact", "%d wrong elements", bad);
-  for (int r = 0; r < 2; r++)
+  for (int r = 0; r < 2; r++) {
     expect("api230_window_deregister", ncclCommWindowDeregister(comms[r], win[r]), ncclSuccess, NULL);
+    expect("api230_window_deregister", ncclCommWindowDeregister(comms[r], win2[r]), ncclSuccess, NULL);
+  }
   expect("api230_window_deregister_twice", ncclCommWindowDeregister(comms[0], win[0]), IA, "not a live window");
 }
 
