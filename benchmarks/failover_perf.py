@@ -180,7 +180,7 @@ def hit_iteration(its, fault_t, fault_end, detect_t):
 
 def summarize(its, events, fault_t, algbytes, factor, model=(None, None), fault_end=None):
     """The numbers of the summary, as a dict (None where they do not apply)."""
-    s = {"iterations": len(its), "wrong": sum(it.wrong for it in its), "events": len(events)}
+    s = {"iterations": len(its), "wrong": sum(it.wrong for it in its), "events": len(events), "fault_t": fault_t}
     bw = {it.index: busbw(it, algbytes, factor) for it in its}
     before = [it for it in its if fault_t is None or it.end <= fault_t]
     s["before_n"] = len(before)
@@ -192,6 +192,8 @@ def summarize(its, events, fault_t, algbytes, factor, model=(None, None), fault_
     if fault_t is None:
         return s
     first, rec, missing, nconn = recovery(events, fault_t)
+    s["confirmed"] = next((e for e in sorted(events, key=lambda e: e["t"]) if e["kind"] == "suspect"
+                           and e.get("cause") == "path" and e["t"] >= fault_t), None)
     hit = hit_iteration(its, fault_t, fault_end, first["t"] if first else None)
     if hit:
         s["hit"] = hit
@@ -304,6 +306,11 @@ def summary_lines(s, fault, off=None):
             out.append("# detection time : %.1f ms from the start of the fault command%s (rank %d, peer %d, "
                        "dev %d, cause %s)" % (s["detect_s"] * 1e3, applied(fault), d["rank"], d["peer"], d["dev"],
                                               d.get("cause", "?")))
+            c = s.get("confirmed")
+            if c:
+                out.append("# confirmation   : path silent %s ms (suspected after %s ms), probes %s ms, the other "
+                           "path's probe answered in %s us" % (c.get("silent_ms", "?"), c.get("suspect_ms", "?"),
+                                                                c.get("confirm_ms", "?"), c.get("ref_us", "?")))
             if s["recovery_s"] is not None:
                 out.append("# recovery time  : %.1f ms (detect to the last first resume, max over %d connection(s))"
                            % (s["recovery_s"] * 1e3, s["conns"]))
@@ -317,6 +324,9 @@ def summary_lines(s, fault, off=None):
             out.append("# hit iteration  : %d, %.2f ms, extra %s ms over the median of %d iterations before the fault (%s ms)"
                        % (hit.index, hit.seconds * 1e3, fmt(s["extra_ms"], "%.2f"), s["before_n"],
                           fmt(s["before_ms"], "%.2f")))
+            ratio = hit.seconds * 1e3 / s["before_ms"] if s["before_ms"] else None
+            out.append("# hit / healthy  : %s (the hit iteration ran from %+.1f to %+.1f ms of the fault command)"
+                       % (fmt(ratio, "%.2f"), (hit.start - s["fault_t"]) * 1e3, (hit.end - s["fault_t"]) * 1e3))
         out.append("# bandwidth kept : %s of before (median busbw %s / %s GB/s, %d / %d iterations)"
                    % (fmt(s["kept"], "%.3f"), fmt(s["after_bw"], "%.4f"), fmt(s["before_bw"], "%.4f"),
                       s["after_n"], s["before_n"]))
@@ -386,7 +396,7 @@ def run_once(a, tbmod, loop, faults, env_extra):
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL"}
     env.update(a.env)
     env.update(env_extra)
-    with tbmod.Testbed(hosts=a.hosts, rails=a.rails, rate=a.rate) as tb:
+    with tbmod.Testbed(hosts=a.hosts, rails=a.rails, rate=a.rate, prefix=a.name) as tb:
         recs = []
         for f in faults:
             tb.check_fault(f["kind"], f["host"], f["rail"], *f["args"])
@@ -439,6 +449,7 @@ def parse_args(argv):
                    help="also run the loop with MEND_RESILIENCE=0 and no fault; print busbw(on)/busbw(off)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="rank environment (repeatable)")
     p.add_argument("--timeout", type=float, help="bound on each job, seconds (3 x the loop + 120)")
+    p.add_argument("--name", help="testbed name, mt[a-z0-9]{1,10} (default: testbed.py's own)")
     p.add_argument("--loop", help="failover_loop program (default: next to this one)")
     p.add_argument("--quiet", action="store_true", help="no per-iteration lines")
     p.add_argument("--selftest", action="store_true", help="check parsing and summary on canned output")

@@ -1,14 +1,21 @@
 /*
- * Failure detection for the resilient net, per connection: progress timeouts confirmed by a probe of
- * the same path (a TCP connect to the peer's probe port over that NIC: the peer's kernel answers even
- * when the peer process is stopped, so a slow or stopped peer is never declared dead), plus the
- * events every detector reports.  Link state (netlink) and the probes themselves run in the
- * communicator's resilience service (resil.c).
+ * Failure detection for the resilient net, per connection: a silent path is suspected after a time
+ * derived from its measured round trip and the bytes in flight (struct mendRtt), and the suspicion
+ * is confirmed by probes of that path and of another path to the same peer (struct mendConfirm)
+ * before anything fails over: a TCP connect to the peer's probe port over each NIC, which the
+ * peer's kernel answers even when the peer process is stopped or starved.  Only a path that stays
+ * silent while another path to the same peer answers is a black hole; a peer silent on every path
+ * is slow or stopped, and gets the fixed MEND_PROGRESS_TIMEOUT rule.  Also the events every
+ * detector reports.  Link state (netlink) and the probes themselves run in the communicator's
+ * resilience service (resil.c).
  */
 #ifndef MEND_RESILIENCE_DETECT_H_
 #define MEND_RESILIENCE_DETECT_H_
 
+#include <stdint.h>
+
 #include "nccl.h"
+#include "resilience/rnet.h"
 
 struct rnetComm;
 
@@ -31,6 +38,75 @@ enum mendRnetProbeState {
   MEND_RNET_PROBE_RUNNING,   /* the service is probing rnetComm.probeMask */
   MEND_RNET_PROBE_DONE       /* results in rnetComm.probeFailed */
 };
+
+/* Round-trip estimator of one path (Jacobson/Karels gains as in RFC 6298, microseconds).  A sample
+ * is an acknowledgement's wait: from when its oldest message became the oldest outstanding one (it
+ * was posted, or the previous acknowledgement came) to the acknowledgement, for `bytes` acknowledged.
+ * The wait is split into a transmit part (bytes at the measured rate) and a latency part. */
+struct mendRtt {
+  int64_t srttUs;     /* smoothed latency part */
+  int64_t rttvarUs;   /* its mean deviation */
+  double bytesPerUs;  /* smoothed delivery rate, from waits of at least MEND_RTT_RATE_BYTES (0: none yet) */
+  int nSamples;       /* latency samples taken */
+};
+#define MEND_RTT_MIN_SAMPLES 4       /* fewer: no estimate (the fixed timeout applies) */
+#define MEND_RTT_RATE_BYTES 16384    /* smaller acknowledgements measure latency only */
+#define MEND_RTT_VAR_MULT 4          /* suspicion: srtt + 4 rttvar + in-flight transmit time */
+void mendRttSample(struct mendRtt* e, int64_t waitUs, uint64_t bytes);
+/* How long a path with `inFlight` bytes unacknowledged may stay silent before it is suspected:
+ * max(floor, srtt + 4 rttvar + inFlight / rate), doubled `backoff` times, at most cap; cap while
+ * the estimate has fewer than MEND_RTT_MIN_SAMPLES samples or bytes are in flight and no rate is
+ * known yet. */
+int64_t mendRttSuspectUs(const struct mendRtt* e, uint64_t inFlight, int64_t floorUs, int64_t capUs, int backoff);
+
+/* Confirmation of a suspicion: a probe of the suspect path and one of a reference path (another
+ * path to the same peer), started together.  Written by the service thread while the connection's
+ * probe runs; read by the connection once it is done. */
+enum mendConfirmVerdict {
+  MEND_CONFIRM_WAIT = 0,   /* not decided yet */
+  MEND_CONFIRM_RETRY,      /* the suspect missed its window: one more probe of it (the others stay) */
+  MEND_CONFIRM_REFUTED,    /* the suspect path answered: the peer is slow, the path works */
+  MEND_CONFIRM_PATH,       /* the suspect stayed silent while the reference answered: a black hole */
+  MEND_CONFIRM_PEER        /* both silent: the peer (or its host) is slow or gone, not this path */
+};
+struct mendConfirmCfg {
+  int64_t windowMinUs;     /* the suspect's window is max(this, windowMult x the reference's connect time) */
+  int windowMult;
+  int attempts;            /* suspect probes, each started when the previous one missed its window */
+  int64_t timeoutUs;       /* nobody answered for this long: MEND_CONFIRM_PEER */
+};
+struct mendConfirm {
+  int64_t beganUs;         /* both probes started */
+  int64_t attemptUs;       /* the suspect's current probe started */
+  int attempt;             /* suspect probes started (1..) */
+  int suspectOk;           /* some suspect probe answered */
+  int suspectFailed;       /* suspect probes that failed outright (connect error or time bound) */
+  int ref;                 /* reference probe: 0 running, 1 answered, -1 failed */
+  int64_t refUs;           /* the reference's connect time, once it answered */
+  int verdict;             /* the final enum mendConfirmVerdict (set by the service) */
+};
+void mendConfirmStart(struct mendConfirm* c, int64_t nowUs);
+void mendConfirmResult(struct mendConfirm* c, int isRef, int ok, int64_t nowUs);
+void mendConfirmRetry(struct mendConfirm* c, int64_t nowUs);
+int mendConfirmDecide(const struct mendConfirm* c, int64_t nowUs, const struct mendConfirmCfg* cfg);
+const char* mendConfirmName(int verdict);
+/* The configuration from the parameters (MEND_PROBE_WINDOW, MEND_PROBE_ATTEMPTS, MEND_PROBE_TIMEOUT). */
+struct mendConfirmCfg mendConfirmConfig(void);
+
+/* Per sender connection (rnetComm.det): the estimators, the suspicion's back-off, the confirmation. */
+struct mendDetect {
+  struct mendRtt rtt[MEND_RNET_MAX_PATHS]; /* per path */
+  int64_t lastAckUs;       /* last acknowledgement that advanced */
+  int backoff;             /* suspicions refuted since the last progress (each doubles the next wait) */
+  int peerSilent;          /* the last confirmation found every path silent: the fixed rule until progress */
+  int ackPath;             /* path of the last acknowledgement (a change starts the waits afresh) */
+  int64_t suspectMs;       /* the suspicion time in force when the confirmation started */
+  int confirming;          /* the running progress probe is a confirmation (else the fixed rule's) */
+  int suspectPath, refPath;/* paths of the running confirmation */
+  struct mendConfirm cf;   /* the running confirmation */
+};
+/* Sender: an acknowledgement on path p advanced the done count to `done` (before rc->nDone moves). */
+void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done);
 
 /* Short name of a cause ("link", "probe", ...), as events print it. */
 const char* mendRnetKillName(int why);

@@ -60,17 +60,18 @@ const union mendSocketAddr* mendResilPeerProbe(struct mendResil* r, int rank, in
   return a->sa.sa_family ? a : NULL;
 }
 
-void mendResilProbeAdd(struct mendResil* r, const struct resilProbe* p) {
+int mendResilProbeAdd(struct mendResil* r, const struct resilProbe* p) {
   struct resilProbe* q = malloc(sizeof(*q));
   if (!q) {
     WARN("NET/Resilient: out of memory for a probe");
-    return;
+    return 0;
   }
   *q = *p;
   q->fd = -1;
   q->deadlineMs = mendTimeMs() + mendParamProbeTimeout();
   q->next = r->probes;
   r->probes = q;
+  return 1;
 }
 
 void mendResilProbeRequest(struct mendResil* r, struct rnetComm* rc, uint32_t mask) {
@@ -90,11 +91,42 @@ void mendResilProbeRequest(struct mendResil* r, struct rnetComm* rc, uint32_t ma
   mendResilWake(r);
 }
 
+int mendResilCanProbe(struct mendResil* r, const struct rnetComm* rc, int p) {
+  if (!r || p < 0 || p >= rc->nPaths) return 0;
+  int ld = rc->paths[p].localDev;
+  return mendResilPeerProbe(r, rc->peerRank, rc->paths[p].remoteDev) && ld >= 0 && ld < r->nDevs &&
+         r->devs[ld].hasAddr;
+}
+
+static int64_t nowUs(void) { return (int64_t)(mendTimeNs() / 1000); }
+
+/* One probe of a confirmation (lock held); 0 when it could not be listed. */
+static int confirmAdd(struct mendResil* r, struct rnetComm* rc, int path, int which) {
+  const union mendSocketAddr* dst = mendResilPeerProbe(r, rc->peerRank, rc->paths[path].remoteDev);
+  if (!dst) return 0;
+  struct resilProbe pr = { .purpose = RESIL_PROBE_CONFIRM, .localDev = rc->paths[path].localDev, .dst = *dst,
+                           .rc = rc, .path = path, .which = which };
+  return mendResilProbeAdd(r, &pr);
+}
+
+void mendResilConfirmRequest(struct mendResil* r, struct rnetComm* rc, int suspect, int ref) {
+  pthread_mutex_lock(&r->lock);
+  mendConfirmStart(&rc->det.cf, nowUs());
+  int listed = confirmAdd(r, rc, suspect, 0);
+  listed += confirmAdd(r, rc, ref, 1);
+  if (!listed) {
+    rc->det.cf.verdict = MEND_CONFIRM_PEER;  /* nothing to compare: the fixed rule decides */
+    atomic_store(&rc->probeState, MEND_RNET_PROBE_DONE);
+  }
+  pthread_mutex_unlock(&r->lock);
+  mendResilWake(r);
+}
+
 void mendResilForget(struct mendResil* r, struct rnetComm* rc) {
   pthread_mutex_lock(&r->lock);
   for (struct resilProbe** pp = &r->probes; *pp;) {
     struct resilProbe* p = *pp;
-    if (p->purpose == RESIL_PROBE_PROGRESS && p->rc == rc) {
+    if ((p->purpose == RESIL_PROBE_PROGRESS || p->purpose == RESIL_PROBE_CONFIRM) && p->rc == rc) {
       *pp = p->next;
       if (p->fd >= 0) close(p->fd);
       free(p);
@@ -193,15 +225,63 @@ static void drainListeners(struct mendResil* r) {
   }
 }
 
+/* Unlink and free every confirmation probe of rc (lock held). */
+static void confirmDrop(struct mendResil* r, struct rnetComm* rc) {
+  for (struct resilProbe** pp = &r->probes; *pp;) {
+    struct resilProbe* p = *pp;
+    if (p->purpose != RESIL_PROBE_CONFIRM || p->rc != rc) {
+      pp = &p->next;
+      continue;
+    }
+    *pp = p->next;
+    if (p->fd >= 0) close(p->fd);
+    free(p);
+  }
+}
+
+/* Decide the confirmations that have probes listed (lock held): one more probe of a suspect that
+ * missed its window, or the verdict handed to the connection.  Returns 1 when a verdict was given. */
+static int confirmStep(struct mendResil* r, int64_t us) {
+  struct mendConfirmCfg cfg = mendConfirmConfig();
+  int given = 0;
+again:
+  for (struct resilProbe* p = r->probes; p; p = p->next) {
+    if (p->purpose != RESIL_PROBE_CONFIRM) continue;
+    struct rnetComm* rc = p->rc;
+    int v = mendConfirmDecide(&rc->det.cf, us, &cfg);
+    if (v == MEND_CONFIRM_WAIT) continue;
+    if (v == MEND_CONFIRM_RETRY) {
+      mendConfirmRetry(&rc->det.cf, us);
+      confirmAdd(r, rc, rc->det.suspectPath, 0);  /* listed first: the walk starts again */
+      goto again;
+    }
+    rc->det.cf.verdict = v;
+    confirmDrop(r, rc);
+    atomic_store(&rc->probeState, MEND_RNET_PROBE_DONE);
+    given = 1;
+    goto again;
+  }
+  return given;
+}
+
 void mendResilProbeStep(struct mendResil* r) {
   drainListeners(r);
   int finishedProgress = 0;
-  int64_t now = mendTimeMs();
+  int64_t now = mendTimeMs(), us = nowUs();
   pthread_mutex_lock(&r->lock);
   for (struct resilProbe** pp = &r->probes; *pp;) {
     struct resilProbe* p = *pp;
-    int ok = 0, done = p->fd < 0 ? probeStart(r, p, &ok) : probeTest(p, now, &ok);
+    int ok = 0, done = p->done ? 0 : p->fd < 0 ? probeStart(r, p, &ok) : probeTest(p, now, &ok);
     if (!done) {
+      pp = &p->next;
+      continue;
+    }
+    if (p->purpose == RESIL_PROBE_CONFIRM) {
+      /* Kept listed (done) until its connection's verdict: the decision needs both answers. */
+      mendConfirmResult(&p->rc->det.cf, p->which, ok, us);
+      if (p->fd >= 0) close(p->fd);
+      p->fd = -1;
+      p->done = 1;
       pp = &p->next;
       continue;
     }
@@ -211,6 +291,7 @@ void mendResilProbeStep(struct mendResil* r) {
     if (p->fd >= 0) close(p->fd);
     free(p);
   }
+  finishedProgress |= confirmStep(r, us);
   mendResilLocExpire(r);
   pthread_mutex_unlock(&r->lock);
   if (finishedProgress && r->wake) mendBellRing(r->wake);

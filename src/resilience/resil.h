@@ -44,6 +44,11 @@ void mendResilWake(struct mendResil* r);
 void mendResilSendNotice(struct mendResil* r, int peer, const struct rnetNotice* n);
 /* Probe the paths of rc in `mask` (sender's progress timeout); results land in rc->probeFailed. */
 void mendResilProbeRequest(struct mendResil* r, struct rnetComm* rc, uint32_t mask);
+/* Confirm a suspicion on rc's path `suspect` against path `ref` to the same peer (detect.h, struct
+ * mendConfirm): the verdict lands in rc->det.cf.verdict and rc->probeState becomes DONE. */
+void mendResilConfirmRequest(struct mendResil* r, struct rnetComm* rc, int suspect, int ref);
+/* Can rc's path p be probed (the peer has a probe listener on its NIC, our NIC an address)? */
+int mendResilCanProbe(struct mendResil* r, const struct rnetComm* rc, int p);
 /* rc is closing: drop every probe that refers to it. */
 void mendResilForget(struct mendResil* r, struct rnetComm* rc);
 /* A path from our device localDev to rank peer's remoteDev failed for `why` (enum mendRnetKill):

@@ -83,7 +83,8 @@ struct resilDev {
 enum resilProbePurpose {
   RESIL_PROBE_PROGRESS = 0,       /* a sender's progress timeout: rc, path */
   RESIL_PROBE_TRACK,              /* watching a dead path's NIC pair for fail-back: track */
-  RESIL_PROBE_LOC                 /* localization: loc slot and target index */
+  RESIL_PROBE_LOC,                /* localization: loc slot and target index */
+  RESIL_PROBE_CONFIRM             /* a suspicion's confirmation: rc, path, which (0 suspect, 1 reference) */
 };
 
 /* One probe: a non-blocking TCP connect from a local NIC to a peer's probe listener. */
@@ -97,7 +98,8 @@ struct resilProbe {
   int path;                       /* PROGRESS */
   int peer, remoteDev;            /* TRACK: the pair's far end (tracks are found by key) */
   int loc;                        /* LOC: index in locs */
-  int which;                      /* LOC: target 0 or 1 */
+  int which;                      /* LOC: target 0 or 1; CONFIRM: 0 suspect, 1 reference */
+  int done;                       /* CONFIRM: finished (kept listed until its connection's verdict) */
   struct resilProbe* next;
 };
 
@@ -169,8 +171,8 @@ void mendResilKillDev(struct mendResil* r, int dev, int why);
 /* ---- probe.c ---- */
 ncclResult_t mendResilProbeListen(struct mendResil* r);
 void mendResilProbeCloseAll(struct mendResil* r);
-/* Add one probe (lock held). */
-void mendResilProbeAdd(struct mendResil* r, const struct resilProbe* p);
+/* Add one probe (lock held); 0 when out of memory. */
+int mendResilProbeAdd(struct mendResil* r, const struct resilProbe* p);
 /* Fill pollfds with listeners and running probes; returns the count (at most max). */
 int mendResilProbeFds(struct mendResil* r, struct pollfd* fds, int max);
 /* Accept on listeners, start waiting probes, finish connected/expired ones. */

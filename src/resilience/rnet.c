@@ -221,6 +221,7 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
            m.magic, (unsigned long long)m.value, (unsigned long long)rc->nPosted);
       return ncclRemoteError;
     }
+    if (m.value > rc->nDone) mendRnetDetectAcked(rc, p, m.value);
     if (m.value > rc->nDone) rc->nDone = m.value;
     rc->lastProgressMs = mendTimeMs();
   }
@@ -400,7 +401,8 @@ static ncclResult_t postMessage(struct rnetComm* rc, void* data, size_t size, st
   ncclResult_t res = mendRnetProgress(rc);
   struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
   if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
-    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mr };
+    *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mr,
+                           .postUs = (int64_t)(mendTimeNs() / 1000) };
     rc->nPosted++;
     /* A sender's clock starts with its first unacknowledged message. */
     if (rc->isSend && rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();

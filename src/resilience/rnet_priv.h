@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "misc/socket.h"
+#include "resilience/detect.h"
 #include "resilience/rnet.h"
 #include "transport/net.h"
 
@@ -163,6 +164,7 @@ struct rnetReq {
   struct rnetMr* mr;      /* user registration */
   void* base;             /* base request in flight, or NULL */
   int basePath;           /* path of `base` */
+  int64_t postUs;         /* sender: when the user posted it (round-trip estimate, detect.c) */
 };
 
 enum rnetStage {
@@ -207,6 +209,7 @@ struct rnetComm {
   _Atomic int probeState;                         /* enum mendRnetProbeState of the progress probe */
   uint32_t probeMask;                             /* paths the progress probe covers */
   _Atomic uint32_t probeFailed;                   /* paths the progress probe found dead */
+  struct mendDetect det;                          /* sender: round-trip estimates and suspicion (detect.h) */
   uint64_t failovers;                             /* statistics */
   int sawFailure;                                 /* a path died of something else than the peer closing it */
   uint64_t failbacks;                             /* statistics: planned switches to a rebuilt path */

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,9 +35,13 @@ ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(\S+)\s+(\S+)\s
 RATE = "1gbit"
 
 
-def S(hosts, rails, ppn, tool, args, faults=(), expect=None, timeout=90, sigstop=None, note=""):
+def S(hosts, rails, ppn, tool, args, faults=(), expect=None, timeout=90, sigstop=None, starve=None, load=None,
+      note=""):
+    """sigstop=(rank, at, secs); starve=(rank, at, secs, stopped_ms, running_ms): the rank is stopped
+    and continued in that cycle (a rank that gets a fifth of a CPU, in bursts); load=(at, secs, n): n
+    busy processes compete for the machine's CPUs."""
     return dict(hosts=hosts, rails=rails, ppn=ppn, tool=tool, args=args.split(), faults=list(faults),
-                expect=expect or {}, timeout=timeout, sigstop=sigstop, note=note)
+                expect=expect or {}, timeout=timeout, sigstop=sigstop, starve=starve, load=load, note=note)
 
 
 # fault: (at_seconds, kind, host, rail, *args); args as testbed.py's fault kinds take them.
@@ -48,7 +53,7 @@ SCENARIOS = {
                          [(1.5, "nic_down", 2, 1)], {"detect": "link", "resume": True},
                          note="NIC down under Broadcast, 3 hosts"),
     "blackhole": S(2, 2, 1, "reduce_scatter_perf", "-b 8M -e 8M -n 1 -w 0 -c 30",
-                   [(1.5, "blackhole", 1, 1)], {"detect": "probe", "resume": True, "bound": 1.5},
+                   [(1.5, "blackhole", 1, 1)], {"detect": "probe", "resume": True, "bound": 0.4},
                    note="switch port black-holed (no event at either host) under ReduceScatter"),
     "small_msgs": S(2, 2, 2, "all_reduce_perf", "-b 8 -e 32K -f 64 -n 1 -w 0 -c 600",
                     [(1.0, "blackhole", 0, 0)], {"detect": "probe", "resume": True},
@@ -69,11 +74,18 @@ SCENARIOS = {
                                                     "rail_back": 0},
                   note="the link returns: traffic goes back to it"),
     "localize": S(3, 2, 1, "all_reduce_perf", "-b 4M -e 4M -n 1 -w 0 -c 40",
-                  [(1.5, "blackhole", 1, 0)], {"detect": "probe", "resume": True, "verdict": ("remote_nic", 1, 0)},
+                  [(1.5, "blackhole", 1, 0)], {"detect": "probe", "resume": True, "verdict": ("remote_nic", 1, 0),
+                                               "bound": 0.4},
                   note="3 hosts: three-point probing blames host 1's NIC"),
     "sigstop": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 40", [],
-                 {"no_detect": True}, sigstop=(1, 1.5, 3.0),
-                 note="a rank stopped 3 s under load, links healthy: no failover"),
+                 {"no_detect": True, "refuted": True}, sigstop=(1, 1.5, 3.0),
+                 note="a rank stopped 3 s under load, links healthy: suspicions refuted, no failover"),
+    "starved": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 40", [],
+                 {"no_detect": True}, starve=(1, 1.5, 3.0, 40, 10),
+                 note="a rank that runs 10 ms in every 50 for 3 s, links healthy: no failover"),
+    "cpu_load": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 40", [],
+                  {"no_detect": True}, load=(1.5, 3.0, 6),
+                  note="6 busy processes compete with the ranks for 3 s, links healthy: no failover"),
     "last_path": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 200",
                    [(1.5, "nic_down", 1, 0), (1.5, "nic_down", 1, 1)], {"fail_within": 20.0},
                    note="every path between the hosts dies: a clear error in bounded time"),
@@ -138,20 +150,20 @@ def wrong_count(m):
     return total
 
 
-def run_scenario(name, sc, builddir, ck):
+def run_scenario(name, sc, builddir, ck, prefix=None):
     logdir = tempfile.mkdtemp(prefix="mend-hotrepair-")
     try:
-        run_in(name, sc, builddir, ck, logdir)
+        run_in(name, sc, builddir, ck, logdir, prefix)
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def run_in(name, sc, builddir, ck, logdir):
+def run_in(name, sc, builddir, ck, logdir, prefix=None):
     prog = os.path.join(builddir, "bin", sc["tool"])
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL", "NCCL_DEBUG_FILE": os.path.join(logdir, "mend.%p"),
            "LD_LIBRARY_PATH": os.path.join(builddir, "lib")}
     t_setup = time.monotonic()
-    with Testbed(sc["hosts"], sc["rails"], rate=RATE) as tb:
+    with Testbed(sc["hosts"], sc["rails"], rate=RATE, prefix=prefix) as tb:
         before = tb.nic_counters()
         job = tb.start([prog] + sc["args"], ranks_per_host=sc["ppn"], env=env, timeout=sc["timeout"])
         t0 = time.monotonic()
@@ -170,13 +182,19 @@ def run_in(name, sc, builddir, ck, logdir):
             pid = job.pids[rank]
             tb.schedule(at, os.kill, pid, signal.SIGSTOP)
             tb.schedule(at + secs, os.kill, pid, signal.SIGCONT)
+        if sc["starve"]:
+            tb.schedule(sc["starve"][1], starve, job.pids[sc["starve"][0]], *sc["starve"][2:])
+        if sc["load"]:
+            tb.schedule(sc["load"][0], cpu_load, *sc["load"][1:])
         res = job.wait()
         t_end = time.monotonic()
         after = tb.nic_counters()
     events = parse_events(logdir)
     exp = sc["expect"]
-    if (fault_times or sc["sigstop"]) and "fail_within" not in exp:
-        last = max(fault_times + ([t0 + sc["sigstop"][1] + sc["sigstop"][2]] if sc["sigstop"] else []))
+    disturb = [t0 + d[1] + d[2] for d in (sc["sigstop"], sc["starve"]) if d]
+    disturb += [t0 + sc["load"][0] + sc["load"][1]] if sc["load"] else []
+    if (fault_times or disturb) and "fail_within" not in exp:
+        last = max(fault_times + disturb)
         ck.check(t_end - last >= 1.0, name, "the job ran on after the last fault (%.1f s after it)" % (t_end - last),
                  "raise the scenario's check count so the fault lands inside running collectives")
     detail = "%d ranks, %.1f s, events: %s" % (len(res.ranks), t_end - t0,
@@ -195,6 +213,12 @@ def run_in(name, sc, builddir, ck, logdir):
     if exp.get("no_detect"):
         ck.check(not detects, name, "no failover while every link is healthy",
                  "%d detect events: %s" % (len(detects), detects[:2]))
+        sus = [e for e in events if e.get("kind") == "suspect"]
+        print("# %s: %d suspicion(s): %s" % (name, len(sus), ", ".join(
+            "%s=%d" % (c, sum(1 for e in sus if e.get("cause") == c)) for c in sorted({e.get("cause") for e in sus}))))
+        if exp.get("refuted"):
+            ck.check(any(e.get("cause") == "refuted" for e in sus), name,
+                     "the stalled peer was suspected and the probes refuted it", detail)
         return
     if "detect" in exp:
         causes = {e.get("cause") for e in detects}
@@ -229,6 +253,34 @@ def run_in(name, sc, builddir, ck, logdir):
                  % (len(down), len(res.ranks)))
 
 
+def starve(pid, secs, stopped_ms, running_ms):
+    """Stop and continue pid in a cycle for secs seconds; it is left running."""
+    end = time.monotonic() + secs
+    try:
+        while time.monotonic() < end:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stopped_ms / 1e3)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(running_ms / 1e3)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+
+
+def cpu_load(secs, n):
+    """n busy processes for secs seconds (each bounds itself; waited for here)."""
+    code = "import time\nt = time.monotonic() + %f\nwhile time.monotonic() < t: pass\n" % secs
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    for p in procs:
+        try:
+            p.wait(timeout=secs + 10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def first_error(res):
     for r in res.ranks:
         if r.code:
@@ -257,6 +309,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--builddir", default=os.environ.get("MEND_BUILDDIR", os.path.join(HERE, "..", "..", "build")))
     ap.add_argument("--list", action="store_true", help="list the scenarios")
+    ap.add_argument("--name", help="testbed name (mt[a-z0-9]{1,10}; default: testbed.py's own)")
     ap.add_argument("scenarios", nargs="*", help="scenarios to run (default: all)")
     a = ap.parse_args()
     if a.list:
@@ -272,7 +325,7 @@ def main():
             continue
         t = time.monotonic()
         try:
-            run_scenario(n, SCENARIOS[n], builddir, ck)
+            run_scenario(n, SCENARIOS[n], builddir, ck, a.name)
         except Exception as e:  # a broken scenario must fail, not stop the others
             ck.check(False, n, "ran", "%s: %s" % (type(e).__name__, e))
         print("# %s: %.1f s" % (n, time.monotonic() - t), flush=True)
