@@ -24,6 +24,7 @@
 #include "comm.h"
 #include "device/engine.h"
 #include "enqueue/plan.h"
+#include "enqueue/plan_cache.h"
 #include "misc/utils.h"
 
 #define SIM_INFO_MAGIC 0x74685283u
@@ -241,7 +242,8 @@ static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPl
     }
     comms[*nPlans] = comm;
     streams[*nPlans] = ops[i].stream; /* the communicator's first operation names the stream */
-    MENDCHECKGOTO(mendPlanBuild(comm, mine, n, plans + *nPlans), res, exit);
+    if (n == 1) MENDCHECKGOTO(mendPlanCacheBuild(comm, mine, plans + *nPlans), res, exit); /* plan_cache.h */
+    else MENDCHECKGOTO(mendPlanBuild(comm, mine, n, plans + *nPlans), res, exit);
     MENDCHECKGOTO(collectJoins(plans[*nPlans], mine, n), res, exit);
     (*nPlans)++;
   }
@@ -304,7 +306,7 @@ static ncclResult_t runOps(const struct mendOp* ops, int nOps, ncclSimInfo_t* si
     res = runPlans(plans, comms, streams, nPlans);
   }
 exit:
-  for (int i = 0; i < nPlans; i++) mendPlanFree(plans[i]);
+  for (int i = 0; i < nPlans; i++) mendPlanCacheRelease(comms[i], plans[i], res == ncclSuccess);
   free(plans);
   free(comms);
   free(streams);

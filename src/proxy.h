@@ -28,6 +28,12 @@ struct mendProxyConn {
 ncclResult_t mendProxyAdd(struct ncclComm* comm, struct mendProxyConn* pc);
 /* The bell the executor rings for net connectors (started or not). */
 ncclResult_t mendProxyBell(struct ncclComm* comm, mendBell_t** bell);
+/* The executor's short path (host mode): move a net connector's slots from the calling thread (post
+ * a send the executor just wrote, poll a receive it waits for) unless the proxy is moving it now or
+ * MEND_NET_DIRECT is 0.  Returns 1 when nothing is left in flight on it (the proxy need not be
+ * rung), 0 otherwise (not a net connector, not moved, or requests in flight: ring its bell). */
+struct mendConnector;
+int mendProxyKick(struct mendConnector* conn);
 /* Stop and join the thread (bounded: every step is non-blocking) and free the proxy. */
 void mendProxyDestroy(struct ncclComm* comm);
 

@@ -20,6 +20,7 @@
 #include "enqueue/plan.h"
 #include "misc/param.h"
 #include "misc/utils.h"
+#include "proxy.h"
 #include "transport/transport.h"
 
 #define MAX_BELLS 64 /* doorbells watched per run (one per communicator) */
@@ -41,6 +42,12 @@ static void workBegin(struct mendWork* w) {
 
 static void ring(mendBell_t* bell) {
   if (bell) mendBellRing(bell);
+}
+
+/* A slot was posted on c: a net connector sends it from this thread (proxy.h, MEND_NET_DIRECT); the
+ * proxy is rung when that did not happen or left a request in flight. */
+static void sendPosted(struct mendConnector* c) {
+  if (!mendProxyKick(c)) ring(c->peerBell);
 }
 
 /* The data movement of step s once its slots are ready: `in` is the received slot (or NULL),
@@ -112,6 +119,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   size_t bytes = n * w->args.typeSize;
   if (rc) {
     rHead = mendFifoPeek(&rc->fifo->head);
+    if (mendFifoLoad(&rc->fifo->tail) <= rHead) mendProxyKick(rc); /* net: poll the Net from here */
     if (mendFifoLoad(&rc->fifo->tail) <= rHead) {
       if (rFirst && !(w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1)) { /* see sigScan */
         union mendOpSigWords want = {.s = w->args.sig};
@@ -142,13 +150,14 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   }
   if (sc) {
     sTail = mendFifoPeek(&sc->fifo->tail);
+    if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) mendProxyKick(sc); /* net: reap sends */
     if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) return 0;
     out = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
     if (sFirst && mendOpSigFramed(bytes, sc->slotBytes) == 0) { /* a full first slot: the signature goes alone */
       memcpy(out, &w->args.sig, MEND_OPSIG_BYTES);
       sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = MEND_OPSIG_BYTES;
       mendFifoStore(&sc->fifo->tail, sTail + 1);
-      ring(sc->peerBell);
+      sendPosted(sc);
       w->st.sigDone |= 1u << s->sendPeer;
       return 2;
     }
@@ -163,7 +172,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
     }
     sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = posted;
     mendFifoStore(&sc->fifo->tail, sTail + 1);
-    ring(sc->peerBell);
+    sendPosted(sc);
   }
   if (rc) {
     if (rFirst) w->st.sigDone |= 1u << s->recvPeer;

@@ -13,6 +13,7 @@
 #include "checks.h"
 #include "comm.h"
 #include "device/opsig.h"
+#include "enqueue/plan_cache.h"
 #include "enqueue/planview.h"
 #include "misc/param.h"
 #include "misc/utils.h"
@@ -58,6 +59,7 @@ ncclResult_t mendPlannerAttach(struct ncclComm* comm, const struct mendConnOps* 
 void mendPlannerFree(struct ncclComm* comm) {
   if (comm == NULL || comm->planner == NULL) return;
   if (comm->planner->tuner) mendTunerClose(comm->planner->tuner);
+  mendPlanCacheFree(comm->planner->cache);
   mendPlannerViewsFree(comm->planner);
   free(comm->planner);
   comm->planner = NULL;

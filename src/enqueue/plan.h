@@ -28,6 +28,7 @@ struct mendConnReq;
 struct mendTuner;
 struct mendPlanView;
 struct mendPlannerViews;
+struct mendPlanCache;
 
 /* One call of the API, as queued by the group until ncclGroupEnd. */
 struct mendOp {
@@ -63,6 +64,7 @@ struct mendPlanner {
   struct mendTuner* tuner;           /* external tuner plugin, NULL when none */
   struct mendPlanView* view;         /* plan view in force (planview.h), NULL until set or first use */
   struct mendPlannerViews* views;    /* base view, pending views, agreement hold (planview.c), NULL until used */
+  struct mendPlanCache* cache;       /* plans kept for reuse (plan_cache.h), NULL until used */
 };
 
 /* Per-op choice (tuning.c). */

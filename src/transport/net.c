@@ -25,6 +25,10 @@
 struct netConn {
   struct mendProxyConn pc;            /* first: the proxy's handle on us */
   struct mendConnector* conn;         /* the connector we serve */
+  struct ncclComm* comm;              /* its communicator (the executor's direct calls name only the connector) */
+  atomic_flag moving;                 /* held by whoever moves this connector now: the proxy or the executor */
+  int direct;                         /* MEND_NET_DIRECT: the executor may move it from its own thread */
+  ncclResult_t deferred;              /* an error the executor met, for the proxy's next pass (under moving) */
   const mendNet_t* net;               /* Net used (per connector, so it can be swapped) */
   void* ctx;                          /* the Net's per-communicator context */
   int dev;                            /* local Net device (the channel's netDev) */
@@ -118,6 +122,47 @@ static ncclResult_t recvProgress(struct ncclComm* comm, struct mendProxyConn* pc
   return ncclSuccess;
 }
 
+/* Whoever moves a connector holds nc->moving: the proxy's pass skips a connector the executor is
+ * moving (and reports it busy, so it looks again soon), and the executor's direct call gives up when
+ * the proxy is in it.  An error met by the executor is stored for the proxy's next pass, which
+ * handles it as its own (one place logs and marks the connector failed). */
+static ncclResult_t moveOnce(struct netConn* nc, int* moved, int* busy) {
+  if (nc->deferred != ncclSuccess) return nc->deferred;
+  return nc->conn->dir == MEND_SEND ? sendProgress(nc->comm, &nc->pc, moved, busy)
+                                    : recvProgress(nc->comm, &nc->pc, moved, busy);
+}
+
+static ncclResult_t proxyProgress(struct ncclComm* comm, struct mendProxyConn* pc, int* moved, int* busy) {
+  struct netConn* nc = (struct netConn*)pc;
+  (void)comm;
+  if (atomic_flag_test_and_set_explicit(&nc->moving, memory_order_acquire)) {
+    *busy = 1;
+    return ncclSuccess;
+  }
+  ncclResult_t res = moveOnce(nc, moved, busy);
+  atomic_flag_clear_explicit(&nc->moving, memory_order_release);
+  return res;
+}
+
+int mendProxyKick(struct mendConnector* conn) {
+  if (!conn || conn->kind != MEND_TRANSPORT_NET || !conn->priv) return 0;
+  struct netConn* nc = conn->priv;
+  if (!nc->direct || !nc->netComm || !nc->mhandle) return 0;
+  if (atomic_flag_test_and_set_explicit(&nc->moving, memory_order_acquire)) return 0;
+  int moved = 0, busy = 0, idle = 0;
+  if (nc->deferred == ncclSuccess) {
+    ncclResult_t res = moveOnce(nc, &moved, &busy);
+    if (res == ncclInProgress) res = ncclInternalError;
+    if (res != ncclSuccess) {
+      nc->deferred = res;
+      atomic_store(&conn->error, (int)res);
+    }
+    idle = res == ncclSuccess && !busy;
+  }
+  atomic_flag_clear_explicit(&nc->moving, memory_order_release);
+  return idle;
+}
+
 /* The receiver's listen.  Over the resilient net the connection gets its channel's failover chain
  * (mendGraphNicChain: equally near NICs rotate by channel), so when a NIC fails its channels spread
  * over the others as re-planning's Balance expects; MEND_REPLAN=backup keeps the topology order. */
@@ -156,7 +201,10 @@ static ncclResult_t netSetup(struct ncclComm* comm, struct mendConnector* conn, 
     INFO(MEND_RESIL | NCCL_NET, "NET: rank %d: channel %d %s rank %d starts on device %d, not %d (down at one end)",
          comm->rank, conn->channel, conn->dir == MEND_SEND ? "to" : "from", conn->peer, nc->dev,
          comm->channels[conn->channel].netDev);
-  nc->pc.progress = conn->dir == MEND_SEND ? sendProgress : recvProgress;
+  nc->pc.progress = proxyProgress;
+  nc->comm = comm;
+  atomic_flag_clear(&nc->moving);
+  nc->direct = mendParamNetDirect() != 0;
   nc->pc.error = &conn->error;
   nc->nicBytes = conn->dir == MEND_SEND ? &t->nicTx[nc->dev] : &t->nicRx[nc->dev];
   int err = posix_memalign(&nc->mem, MEND_CONN_HDR_BYTES, mendConnMemBytes(t));
