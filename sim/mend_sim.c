@@ -284,8 +284,11 @@ int main(int argc, char** argv) {
   if (mendOfflineChoice(off, o.bytes, &ch) != ncclSuccess) return 1;
   /* CM02: max-min sharing of the links' bandwidth, no TCP correction factors (the goodput factor and
    * latencies are the platform's). */
-  int sgArgc = 3;
-  char* sgArgv[] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", NULL};
+  char loopBw[64];
+  snprintf(loopBw, sizeof(loopBw), "--cfg=network/loopback-bw:%.0f", o.shmGbps * 1e9 / 8);
+  int sgArgc = 5;
+  char* sgArgv[] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", loopBw,
+                    "--cfg=network/loopback-lat:0.000001", NULL};
   simgrid_init(&sgArgc, sgArgv);
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
   simgrid_run();
