@@ -10,8 +10,10 @@
  *   - errors_*: argument errors (window, range, sigIdx, ctx, group, suspended, deregistered), and a
  *     put the receiver must refuse (its window deregistered there only): the target's
  *     ncclWaitSignal fails with ncclRemoteError instead of writing freed memory;
- *   - suspend_*: MemStats before and after, every operation refused while suspended (collective,
- *     send, put, signal), collectives and puts exact after resume.
+ *   - suspend_*: MemStats before, while suspended (NCCL_SUSPEND_MEM frees the shm connectors: Total
+ *     drops by exactly the releasable bytes, 0 over sockets) and after resume (the first AllReduce
+ *     makes them again), every operation refused while suspended (collective, send, put, signal),
+ *     collectives, send/recv and puts exact after resume.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -164,33 +166,56 @@ static uint64_t memStat(ncclComm_t comm, ncclCommMemStat_t s) {
   return v;
 }
 
+/* MemStats before suspend, while suspended and after resume; releasable bytes only over shm. */
+static void suspendStats(ncclComm_t comm, int rank, int n, int overShm) {
+  uint64_t total = memStat(comm, ncclStatGpuMemTotal), canRelease = memStat(comm, ncclStatGpuMemSuspend);
+  uint64_t persist = memStat(comm, ncclStatGpuMemPersist);
+  CK(total > 0 && total != UINT64_MAX && canRelease + persist == total);
+  CK(overShm ? canRelease > 0 : canRelease == 0); /* net and one-sided connectors stay */
+  CKOK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+  CK(memStat(comm, ncclStatGpuMemSuspended) == 1);
+  uint64_t during = memStat(comm, ncclStatGpuMemTotal);
+  CK(during == total - canRelease && memStat(comm, ncclStatGpuMemSuspend) == 0);
+  CK(memStat(comm, ncclStatGpuMemPersist) == persist);
+  fprintf(stderr, "# rank %d: MemStats total %llu before suspend (%llu releasable), %llu suspended\n", rank,
+          (unsigned long long)total, (unsigned long long)canRelease, (unsigned long long)during);
+  CKOK(ncclCommResume(comm));
+  CK(memStat(comm, ncclStatGpuMemSuspended) == 0);
+  CK(allReduceOk(comm, rank, n)); /* the same call as before: the same connectors, made again */
+  uint64_t after = memStat(comm, ncclStatGpuMemTotal);
+  if (after != total || memStat(comm, ncclStatGpuMemSuspend) != canRelease)
+    fprintf(stderr, "rank %d: after resume and an AllReduce: total %llu, releasable %llu\n", rank,
+            (unsigned long long)after, (unsigned long long)memStat(comm, ncclStatGpuMemSuspend));
+  CK(after == total && memStat(comm, ncclStatGpuMemSuspend) == canRelease);
+}
+
 static void suspendResume(const struct mpChild* c) {
   ncclComm_t comm = mpInitComm(c->rank, c->n, c->arg);
-  static float win[NB], x[NB];
+  static float win[NB], x[NB], y[NB];
   ncclWindow_t w = NULL;
   int peer = (c->rank + 1) % c->n, prev = (c->rank + c->n - 1) % c->n;
   CKOK(ncclCommWindowRegister(comm, win, sizeof(win), &w, 0));
   CK(allReduceOk(comm, c->rank, c->n));
-  uint64_t total = memStat(comm, ncclStatGpuMemTotal);
-  CK(total > 0 && total != UINT64_MAX);
-  CK(memStat(comm, ncclStatGpuMemSuspend) + memStat(comm, ncclStatGpuMemPersist) == total);
+  suspendStats(comm, c->rank, c->n, getenv("NCCL_SHM_DISABLE") == NULL);
   CKOK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
-  CK(memStat(comm, ncclStatGpuMemSuspended) == 1);
-  fprintf(stderr, "# rank %d: MemStats total %llu before suspend, %llu suspended\n", c->rank,
-          (unsigned long long)total, (unsigned long long)memStat(comm, ncclStatGpuMemTotal));
   CKE(ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage, "suspended");
   CKE(ncclSend(x, 1, ncclFloat, peer, comm, NULL), ncclInvalidUsage, "suspended");
   CKE(ncclSignal(peer, 0, 0, 0, comm, NULL), ncclInvalidUsage, "suspended");
   CKE(ncclPutSignal(x, 1, ncclFloat, peer, w, 0, 0, 0, 0, comm, NULL), ncclInvalidUsage, "suspended");
   CKOK(ncclCommResume(comm));
-  CK(memStat(comm, ncclStatGpuMemSuspended) == 0);
-  CK(memStat(comm, ncclStatGpuMemTotal) == total);
   for (int r = 0; r < 3; r++) CK(allReduceOk(comm, c->rank, c->n));
+  /* Send/recv after a release: its connectors are made on first use as well. */
   for (int i = 0; i < NB; i++) x[i] = (float)(c->rank * 1000 + i);
+  CKOK(ncclGroupStart());
+  CKOK(ncclSend(x, NB, ncclFloat, peer, comm, NULL));
+  CKOK(ncclRecv(y, NB, ncclFloat, prev, comm, NULL)); /* not into the window: prev may put there already */
+  CKOK(ncclGroupEnd());
+  for (int i = 0; i < NB; i++) CK(y[i] == (float)(prev * 1000 + i));
+  for (int i = 0; i < NB; i++) x[i] = (float)(c->rank * 2000 + i);
   CKOK(ncclPutSignal(x, NB, ncclFloat, peer, w, 0, 0, 0, 0, comm, NULL));
   ncclWaitSignalDesc_t d = {1, prev, 0, 0};
   CKOK(ncclWaitSignal(1, &d, comm, NULL));
-  for (int i = 0; i < NB; i++) CK(win[i] == (float)(prev * 1000 + i));
+  for (int i = 0; i < NB; i++) CK(win[i] == (float)(prev * 2000 + i));
   CK(allReduceOk(comm, c->rank, c->n));
   CKOK(ncclCommWindowDeregister(comm, w));
   CKOK(ncclCommDestroy(comm));
