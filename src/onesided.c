@@ -15,6 +15,7 @@
  * flags 0.  Using one-sided calls before any window registration, inside a group, in device mode or
  * on a suspended communicator is ncclInvalidUsage.
  */
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -228,30 +229,43 @@ static ncclResult_t waitBroken(struct ncclComm* comm, int nDesc, const ncclWaitS
   return ncclSuccess;
 }
 
-/* Block until every descriptor is met, then consume its signals. */
+/* Under rma->lock: consume the signals when every descriptor is met (1), else 0. */
+static int takeSignals(struct mendRma* rma, int nDesc, const ncclWaitSignalDesc_t* d) {
+  if (!signalsMet(rma, nDesc, d)) return 0;
+  for (int i = 0; i < nDesc; i++) rma->consumed[mendRmaSigIndex(rma, d[i].peer, d[i].ctx, d[i].sigIdx)] += d[i].opCnt;
+  return 1;
+}
+
+/* Block until every descriptor is met, then consume its signals.  The waiter drains the connectors
+ * itself while it spins (MEND_SPIN_US after the last progress), then sleeps on the receiver's
+ * condition with a 1 ms bound. */
 static ncclResult_t waitSignals(struct ncclComm* comm, int nDesc, const ncclWaitSignalDesc_t* d) {
   struct mendRma* rma = comm->rma;
   ncclResult_t res = ncclSuccess;
-  int64_t start = mendTimeMs(), warnMs = mendParamStallWarnMs();
-  int warned = 0;
-  pthread_mutex_lock(&rma->lock);
-  while (!signalsMet(rma, nDesc, d)) {
-    if ((res = waitBroken(comm, nDesc, d)) != ncclSuccess) goto unlock;
+  int64_t start = mendTimeMs(), warnMs = mendParamStallWarnMs(), spinNs = mendParamSpinUs() * 1000;
+  uint64_t lastMove = mendTimeNs();
+  int warned = 0, done = 0;
+  while (!done && res == ncclSuccess) {
+    if (mendRmaDrainAll(comm)) lastMove = mendTimeNs();
+    pthread_mutex_lock(&rma->lock);
+    done = takeSignals(rma, nDesc, d);
+    if (!done) res = waitBroken(comm, nDesc, d);
+    if (!done && res == ncclSuccess && mendTimeNs() - lastMove > (uint64_t)spinNs) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 1000 * 1000;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&rma->cond, &rma->lock, &ts);
+    }
+    pthread_mutex_unlock(&rma->lock);
+    if (!done && res == ncclSuccess && mendTimeNs() - lastMove <= (uint64_t)spinNs) sched_yield();
     if (!warned && warnMs > 0 && mendTimeMs() - start > warnMs) {
       WARN("ncclWaitSignal: rank %d has waited %lld ms for %d signal descriptor(s) (first: %d from rank %d, "
            "sigIdx %d, ctx %d)", comm->rank, (long long)(mendTimeMs() - start), nDesc, d[0].opCnt, d[0].peer,
            d[0].sigIdx, d[0].ctx);
       warned = 1;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 10 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&rma->cond, &rma->lock, &ts);
   }
-  for (int i = 0; i < nDesc; i++) rma->consumed[mendRmaSigIndex(rma, d[i].peer, d[i].ctx, d[i].sigIdx)] += d[i].opCnt;
-unlock:
-  pthread_mutex_unlock(&rma->lock);
   return res;
 }
 

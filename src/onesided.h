@@ -71,6 +71,7 @@ struct mendRma {
   pthread_mutex_t lock;         /* protects windows, counters and error */
   pthread_cond_t cond;          /* broadcast when a signal arrives or the receiver stops */
   pthread_mutex_t sendLock;     /* one put at a time per communicator (messages never interleave) */
+  pthread_mutex_t drainLock;    /* who drains the receive connectors now: the receiver thread or a waiter */
   struct mendWindow* wins;      /* live windows */
   void* pendingJob;             /* this group's registration job not started yet (window.c), or NULL */
   uint64_t nextSeq;             /* next registration number */
@@ -99,6 +100,9 @@ struct mendWindow* mendRmaFindWindow(struct mendRma* rma, const void* win);
 struct mendWindow* mendRmaFindSeq(struct mendRma* rma, uint64_t seq);
 /* Receiver thread body (onesided_recv.c). */
 void* mendRmaRecvThread(void* arg);
+/* Drain every one-sided receive connector once, unless another thread is at it; 1 when a slot moved.
+ * ncclWaitSignal calls it too, so a signal is taken up by the thread that waits for it. */
+int mendRmaDrainAll(struct ncclComm* comm);
 /* Record the first refused message (rma->lock held). */
 void mendRmaSetError(struct mendRma* rma, ncclResult_t res);
 /* Stop the receiver and free every window and the state (communicator teardown). */

@@ -9,13 +9,18 @@
  *   - A well-formed message that does not fit (unknown or deregistered window, out of range, bad
  *     signal) is refused: its data is dropped, its signal not counted.
  * Either way the receiver WARNs once per message and ncclWaitSignal on this rank then fails with
- * ncclRemoteError.  It sleeps on the communicator's bell (1 ms bound) when nothing moves.
+ * ncclRemoteError.  It spins (yielding) for MEND_SPIN_US after the last slot, then sleeps on the
+ * communicator's bell (1 ms bound).  A thread in ncclWaitSignal drains too (one drainer at a time),
+ * so the signal it waits for costs no thread hand-off.
  */
+#include <sched.h>
 #include <string.h>
 
 #include "checks.h"
 #include "comm.h"
 #include "misc/bell.h"
+#include "misc/param.h"
+#include "misc/utils.h"
 #include "onesided.h"
 #include "transport/transport.h"
 
@@ -135,17 +140,31 @@ static int drain(struct ncclComm* comm, struct mendConnector* c) {
   return moved;
 }
 
+int mendRmaDrainAll(struct ncclComm* comm) {
+  struct mendRma* rma = comm->rma;
+  int moved = 0;
+  if (pthread_mutex_trylock(&rma->drainLock) != 0) return 0;
+  for (int p = 0; p < comm->nRanks; p++) {
+    struct mendConnector* c = p == comm->rank ? NULL : mendTransportGetConn(comm, 0, p, MEND_RECV, MEND_CONN_RMA);
+    if (c && atomic_load(&c->error) == ncclSuccess) moved |= drain(comm, c);
+  }
+  pthread_mutex_unlock(&rma->drainLock);
+  return moved;
+}
+
 void* mendRmaRecvThread(void* arg) {
   struct ncclComm* comm = arg;
   struct mendRma* rma = comm->rma;
+  int64_t spinUs = mendParamSpinUs(), idleSince = (int64_t)(mendTimeNs() / 1000);
   while (!atomic_load(&rma->stop) && !mendCommAborted(comm)) {
     uint32_t seen = mendBellRead(comm->bell);
-    int moved = 0;
-    for (int p = 0; p < comm->nRanks; p++) {
-      struct mendConnector* c = p == comm->rank ? NULL : mendTransportGetConn(comm, 0, p, MEND_RECV, MEND_CONN_RMA);
-      if (c && atomic_load(&c->error) == ncclSuccess) moved |= drain(comm, c);
+    if (mendRmaDrainAll(comm)) {
+      idleSince = (int64_t)(mendTimeNs() / 1000);
+    } else if ((int64_t)(mendTimeNs() / 1000) - idleSince < spinUs) {
+      sched_yield(); /* as the host engine: a message right behind the last one is taken without a sleep */
+    } else {
+      mendBellWait(comm->bell, seen, 1000);
     }
-    if (!moved) mendBellWait(comm->bell, seen, 1000);
   }
   pthread_mutex_lock(&rma->lock);
   pthread_cond_broadcast(&rma->cond); /* waiters see the stop or the abort */

@@ -51,6 +51,7 @@ ncclResult_t mendRmaGet(struct ncclComm* comm, struct mendRma** out) {
     }
     pthread_mutex_init(&rma->lock, NULL);
     pthread_mutex_init(&rma->sendLock, NULL);
+    pthread_mutex_init(&rma->drainLock, NULL);
     pthread_cond_init(&rma->cond, NULL);
     comm->rma = rma;
   }
@@ -299,6 +300,7 @@ void mendRmaStop(struct ncclComm* comm) {
   free(rma->recv);
   pthread_cond_destroy(&rma->cond);
   pthread_mutex_destroy(&rma->sendLock);
+  pthread_mutex_destroy(&rma->drainLock);
   pthread_mutex_destroy(&rma->lock);
   free(rma);
   comm->rma = NULL;
