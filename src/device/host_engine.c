@@ -5,13 +5,16 @@
  * process, and a work blocked on one connector never stops another.  When a full pass moves
  * nothing, the engine spins (yielding) for MEND_SPIN_US, then sleeps on a doorbell with a short
  * bound, checking abort flags and asynchronous errors every round: 8 ranks on 2 cores progress,
- * and nothing waits forever after an abort.
+ * and nothing waits forever after an abort.  When the ranks of the host outnumber its CPUs, the
+ * spin is MEND_SPIN_OVERSUB_US instead (default 0: sleep at once), since a spinning rank takes
+ * the core from the rank whose step it waits for.
  */
 #include "device/engine.h"
 #include "device/opsig.h"
 #include "device/walk.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -399,6 +402,29 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
   }
 }
 
+/* CPUs this process may run on: a fact of the machine, read once (sched_getaffinity is a system call,
+ * too slow for every 8-byte operation). */
+static int cpusAvailable(void) {
+  static _Atomic int cached;
+  int n = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (n > 0) return n;
+  cpu_set_t set;
+  n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (n < 1) n = 1;
+  atomic_store_explicit(&cached, n, memory_order_relaxed);
+  return n;
+}
+
+/* How long an idle pass spins before sleeping: MEND_SPIN_OVERSUB_US when some communicator of the
+ * run has more ranks on this host than this process has CPUs, MEND_SPIN_US otherwise. */
+static int64_t spinNsFor(struct ncclComm** comms, int nComms) {
+  int cpus = cpusAvailable();
+  for (int i = 0; i < nComms; i++) {
+    if (comms[i]->nLocalRanks > cpus) return mendParamSpinOversubUs() * 1000;
+  }
+  return mendParamSpinUs() * 1000;
+}
+
 ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms) {
   ncclResult_t res = ncclSuccess;
   int* active = NULL;
@@ -411,7 +437,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   }
   int nBells = nComms < MAX_BELLS ? nComms : MAX_BELLS;
   uint32_t seen[MAX_BELLS];
-  struct idle id = {.spinNs = mendParamSpinUs() * 1000, .stallMs = mendParamStallWarnMs()};
+  struct idle id = {.spinNs = spinNsFor(comms, nComms), .stallMs = mendParamStallWarnMs()};
   /* An operation is complete once every step ran: its sends sit in FIFO slots the transport
    * delivers on its own (finalize and destroy wait for them, mendTransportDrain). */
   while (nActive > 0) {

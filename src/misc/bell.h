@@ -12,12 +12,16 @@
 
 typedef _Atomic uint32_t mendBell_t;
 
-/* Bump the bell and wake every waiter on it. */
+#define MEND_BELL_COUNT 0x7fffffffu  /* the ring count: the low 31 bits of the word */
+#define MEND_BELL_WAITER 0x80000000u /* set by a waiter before it sleeps: the next ring must wake */
+
+/* Bump the bell and wake every waiter on it (no system call when nobody sleeps on it). */
 void mendBellRing(mendBell_t* bell);
 /* Sleep while *bell == seen, at most timeoutUs microseconds (0: do not sleep). */
 void mendBellWait(mendBell_t* bell, uint32_t seen, int64_t timeoutUs);
+/* The ring count now, to pass to mendBellWait as `seen` after looking at what the bell guards. */
 static inline uint32_t mendBellRead(mendBell_t* bell) {
-  return atomic_load_explicit(bell, memory_order_acquire);
+  return atomic_load_explicit(bell, memory_order_acquire) & MEND_BELL_COUNT;
 }
 
 #endif
