@@ -4,8 +4,8 @@
     stk = spare.layout_cyclic(7, 3)                 # list of N rows of r types
     out = spare.control(stk, failed={1, 2}, s=1)    # {'outcome', 's', 'moves', 'stacks'}
 
-Bad input raises ValueError with the library's message.  The library is found through
-$MEND_SPARE_LIB, else $MEND_BUILDDIR/lib, else build/lib of this checkout.
+Bad input raises ValueError with the library's message.  The library is found in
+$MEND_BUILDDIR/lib, else in build/lib of this checkout.
 """
 import ctypes
 import os
@@ -19,8 +19,8 @@ def _load():
     if _lib is not None:
         return _lib
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.environ.get("MEND_SPARE_LIB") or os.path.join(
-        os.environ.get("MEND_BUILDDIR") or os.path.join(here, "..", "..", "build"), "lib", "libmendspare.so")
+    path = os.path.join(os.environ.get("MEND_BUILDDIR") or os.path.join(here, "..", "..", "build"), "lib",
+                        "libmendspare.so")
     lib = ctypes.CDLL(path)
     ip, bp, i = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_ubyte), ctypes.c_int
     for name, args in (("mendSpareLayoutCyclic", [i, i, ip, ip]), ("mendSpareLayoutReplica", [i, i, ip]),
