@@ -221,7 +221,53 @@ static void suspendResume(const struct mpChild* c) {
   CKOK(ncclCommDestroy(comm));
 }
 
+/* A rank launched by the testbed (RANK, WORLD_SIZE, NCCL_COMM_ID; tests/testbed/test_onesided_repair.sh):
+ * OS_ROUNDS rounds of a 256 KiB put+signal to the next rank, each checked exactly and followed by an
+ * AllReduce (so no rank runs more than one round ahead: rounds alternate between two halves of the
+ * window).  Prints one line; exit 0 when every round was exact. */
+#define TB_COUNT 65536
+static int testbedRank(void) {
+  int rank = atoi(getenv("RANK")), n = atoi(getenv("WORLD_SIZE"));
+  int rounds = getenv("OS_ROUNDS") ? atoi(getenv("OS_ROUNDS")) : 600;
+  mpRank = rank;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  CKOK(ncclGetUniqueId(&id));
+  CKOK(ncclCommInitRank(&comm, n, id, rank));
+  float* win = calloc(2 * TB_COUNT, sizeof(float));
+  float* src = malloc(TB_COUNT * sizeof(float));
+  CK(win && src);
+  ncclWindow_t w = NULL;
+  CKOK(ncclCommWindowRegister(comm, win, 2 * TB_COUNT * sizeof(float), &w, 0));
+  int next = (rank + 1) % n, prev = (rank + n - 1) % n, bad = 0;
+  double t0 = mtNow();
+  for (int r = 0; r < rounds && !bad; r++) {
+    for (int i = 0; i < TB_COUNT; i++) src[i] = (float)((rank * 7 + r * 13 + i) % 1000003);
+    CKOK(ncclPutSignal(src, TB_COUNT, ncclFloat, next, w, (size_t)(r % 2) * TB_COUNT * sizeof(float), 0, 0, 0,
+                       comm, NULL));
+    ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+    CKOK(ncclWaitSignal(1, &d, comm, NULL));
+    const float* got = win + (size_t)(r % 2) * TB_COUNT;
+    for (int i = 0; i < TB_COUNT; i++)
+      if (got[i] != (float)((prev * 7 + r * 13 + i) % 1000003)) {
+        printf("onesided rank %d FAIL: round %d element %d = %g\n", rank, r, i, got[i]);
+        bad = 1;
+        break;
+      }
+    CK(allReduceOk(comm, rank, n));
+  }
+  if (!bad) printf("onesided rank %d: %d rounds exact in %.1f s\n", rank, rounds, mtNow() - t0);
+  CKOK(ncclCommWindowDeregister(comm, w));
+  CKOK(ncclCommDestroy(comm));
+  return bad;
+}
+
 int main(int argc, char** argv) {
+  if (getenv("RANK") && getenv("WORLD_SIZE") && getenv("NCCL_COMM_ID")) {
+    mtWatchdog(120);
+    return testbedRank();
+  }
   if (mpIsChild(argc, argv)) {
     struct mpChild c = mpChildStart(argv, 60);
     if (strcmp(c.scenario, "ring") == 0) ring(&c);
