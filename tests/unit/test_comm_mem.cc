@@ -1,6 +1,6 @@
 // ncclCommMemStats over the accounting hook (src/comm_suspend.c): bytes a layer reports through
 // mendCommMemAccount are counted (connector memory is counted from the connectors; a communicator
-// fresh from mendCommAlloc has none), and suspend never claims to release them.
+// fresh from mendCommAlloc has none), and they are persistent: suspend releases connectors only.
 #include <gtest/gtest.h>
 
 #include "mend_internal.h"
@@ -22,7 +22,7 @@ TEST(CommMem, AccountingHookIsCounted) {
   ASSERT_EQ(ncclCommMemStats(comm, ncclStatGpuMemPersist, &v), ncclSuccess);
   EXPECT_EQ(v, 5120u);
   ASSERT_EQ(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &v), ncclSuccess);
-  EXPECT_EQ(v, 0u);  // suspend releases nothing yet: nothing is reported as releasable
+  EXPECT_EQ(v, 0u);  // no connectors: nothing is releasable
   mendCommMemAccount(comm, -4096);
   ASSERT_EQ(ncclCommMemStats(comm, ncclStatGpuMemTotal, &v), ncclSuccess);
   EXPECT_EQ(v, 1024u);
