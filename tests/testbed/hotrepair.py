@@ -56,7 +56,7 @@ SCENARIOS = {
                    [(1.5, "blackhole", 1, 1)], {"detect": "probe", "resume": True, "bound": 0.4},
                    note="switch port black-holed (no event at either host) under ReduceScatter"),
     "small_msgs": S(2, 2, 2, "all_reduce_perf", "-b 8 -e 32K -f 64 -n 1 -w 0 -c 600",
-                    [(1.0, "blackhole", 0, 0)], {"detect": "probe", "resume": True},
+                    [(1.0, "blackhole", 0, 0)], {"detect": "probe", "resume": True, "bound": 0.4},
                     note="black hole under small AllReduces (tree and ring)"),
     "reduce": S(2, 4, 1, "reduce_perf", "-b 4M -e 4M -n 1 -w 0 -c 100",
                 [(1.5, "link_down", 0, 2)], {"detect": "link", "resume": True}, note="Reduce, 4 rails"),
