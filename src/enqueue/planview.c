@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -315,6 +316,20 @@ ncclResult_t mendPlannerHold(struct ncclComm* comm, uint32_t round, uint64_t* ne
   return ncclSuccess;
 }
 
+/* "w0:w1:...", the channel weights of a view, for the log (cut short with "..." past the buffer). */
+static void weightsText(const struct mendPlanView* v, char* buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int c = 0; c < v->nChannels && at < size; c++) {
+    int w = snprintf(buf + at, size - at, "%s%d", c ? ":" : "", v->ch[c].weight);
+    if (w < 0 || (size_t)w >= size - at) {
+      if (size >= 4) snprintf(buf + size - 4, 4, "...");
+      return;
+    }
+    at += (size_t)w;
+  }
+}
+
 ncclResult_t mendPlannerCommit(struct ncclComm* comm, uint32_t round, uint64_t fromOp, const struct mendViewHealth* h,
                                int64_t changeMs) {
   struct mendPlanner* pl;
@@ -332,6 +347,11 @@ ncclResult_t mendPlannerCommit(struct ncclComm* comm, uint32_t round, uint64_t f
   }
   if (res == ncclSuccess) res = MENDCALLOC(node, 1);
   if (res == ncclSuccess) res = mendReplanDerive(base, h, round, fromOp, &v);
+  /* What the log says about v is read now: once pending, the planner may adopt and free it. */
+  char weights[96] = "";
+  uint32_t epoch = v ? v->epoch : 0;
+  uint64_t hash = v ? v->hash : 0;
+  if (v) weightsText(v, weights, sizeof(weights));
   pthread_mutex_lock(&vs->lock);
   if (res == ncclSuccess) {
     addPending(vs, v, changeMs, node), node = NULL;
@@ -351,7 +371,8 @@ ncclResult_t mendPlannerCommit(struct ncclComm* comm, uint32_t round, uint64_t f
     return res;
   }
   INFO(MEND_RESIL | NCCL_TUNING, "Rank %d: plan view epoch %u agreed from op %llu (hash %016llx, %d NIC(s) not up at "
-       "line rate), pending", comm->rank, v->epoch, (unsigned long long)fromOp, (unsigned long long)v->hash, h->nNics);
+       "line rate, channel weights %s), pending", comm->rank, epoch, (unsigned long long)fromOp,
+       (unsigned long long)hash, h->nNics, weights);
   return ncclSuccess;
 }
 

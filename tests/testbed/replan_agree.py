@@ -33,7 +33,8 @@ OPHASH = re.compile(r"(\w+): opCount (\d+) rank (\d+) plan view epoch (\d+) hash
 P2P = {"Send", "Recv"}  # planned by the ranks that take part only
 MH_COLLS = ["AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "SendRecv", "AlltoAll", "Gather",
             "Scatter"]
-AGREED = re.compile(r"Rank (\d+): plan view epoch (\d+) agreed from op (\d+) \(hash ([0-9a-f]+), (\d+) NIC\(s\)")
+AGREED = re.compile(r"Rank (\d+): plan view epoch (\d+) agreed from op (\d+) \(hash ([0-9a-f]+), (\d+) NIC\(s\)"
+                    r"[^)]*channel weights ([0-9:.]+)")
 INFORCE = re.compile(r"Rank (\d+): plan view epoch (\d+) in force from op (\d+) \(hash ([0-9a-f]+)\), (-?\d+) ms after "
                      r"the health change \(t=(\d+) ms\)")
 ROUND = re.compile(r"Agreement: round (\d+): fromOp (\d+) chosen .* picture of (\d+) NIC\(s\) .*, (-?\d+) ms after")
@@ -43,8 +44,10 @@ RATE = "1gbit"
 SCENARIOS = {
     "2x2": dict(hosts=2, rails=2, ppn=2, args="-b 1M -e 1M -n 1 -w 0 -c 500", nics=[(1, 0)], down=1.5, back=2.0,
                 timeout=90),
+    # Balance: the channel of the lost rail fails over to the next NIC, which then carries two
+    # channels; the lone one gets twice the data (weights 2:1:1, the same on every rank).
     "3x3": dict(hosts=3, rails=3, ppn=1, args="-b 1M -e 1M -n 1 -w 0 -c 500", nics=[(2, 1)], down=1.5, back=2.0,
-                timeout=90),
+                timeout=90, weights="2:1:1"),
     # Two NICs of one host: its last NIC carries all its channels (capacity 333 permille), then both return.
     "3x3-two": dict(hosts=3, rails=3, ppn=1, args="-b 1M -e 1M -n 1 -w 0 -c 500", nics=[(1, 0), (1, 2)], down=1.5,
                     back=2.0, timeout=90),
@@ -108,6 +111,7 @@ def run_in(name, sc, builddir, ck, logdir, prefix):
     per_op = {}        # op -> {rank: (epoch, hash)}
     funcs = {}         # op -> functions planned with that op count
     agreed = {}        # epoch -> picture size
+    weights = {}       # epoch -> {channel weights logged by the ranks}
     in_force = {}      # epoch -> [ms after the change, per rank]
     rounds = []
     for text in texts:
@@ -116,6 +120,7 @@ def run_in(name, sc, builddir, ck, logdir, prefix):
             funcs.setdefault(int(m.group(2)), set()).add(m.group(1))
         for m in AGREED.finditer(text):
             agreed[int(m.group(2))] = int(m.group(5))
+            weights.setdefault(int(m.group(2)), set()).add(m.group(6))
         for m in INFORCE.finditer(text):
             in_force.setdefault(int(m.group(2)), []).append((int(m.group(5)), int(m.group(6))))
         rounds += [(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))) for m in ROUND.finditer(text)]
@@ -146,6 +151,10 @@ def run_in(name, sc, builddir, ck, logdir, prefix):
         ck.check(len(times) == n and 0 <= since_fault < 10000, name, "view epoch %d in force on every rank from op %d: "
                  "%.0f ms after the NIC went down, %d ms after the health change (max over %d ranks)"
                  % (first, at, since_fault, since_change, len(times)))
+    if sc.get("weights") and whole:
+        got = {e: sorted(weights.get(e, ())) for e in whole}
+        ck.check(all(w == [sc["weights"]] for w in got.values()), name, "every rank agreed on channel weights %s "
+                 "with the NIC(s) out (epochs %s)" % (sc["weights"], whole), "weights per epoch %s" % got)
     under = sorted({f for op in ops if any(e in faulted for (e, _) in per_op[op].values()) for f in funcs[op]})
     print("# %s: planned under a view without the NIC(s): %s" % (name, ", ".join(under) or "nothing"))
     for r in sorted(set(rounds)):
