@@ -193,8 +193,9 @@ static ncclResult_t takeConfirm(struct rnetComm* rc) {
            (long long)(now - rc->lastProgressMs), (long long)d->suspectMs, (nowUs() - d->cf.beganUs) / 1e3,
            d->refPath, (long long)d->cf.refUs, d->cf.attempt);
   mendRnetEvent("suspect", rc, p, mendConfirmName(v), extra);
-  if (v == MEND_CONFIRM_PATH && mendRnetPathLive(rc, p)) {
+  if (v == MEND_CONFIRM_PATH) {
     d->backoff = 0;
+    if (!mendRnetPathLive(rc, p)) return ncclSuccess;  /* fenced meanwhile (a link event, a notice) */
     return mendRnetFailPath(rc, p, MEND_RNET_KILL_PROBE, "silent while another path to the peer answers");
   }
   d->backoff++;
