@@ -26,7 +26,9 @@ LIB_OBJ  += $(KERNEL_OBJ)
 CU_OBJ   :=
 CUDA_LIBS :=
 
-TOOL_C   := $(wildcard src/tools/*.c)
+# src/tools/mend_info_*.c are parts of mend-info (one option each), not tools of their own.
+TOOL_PART := $(wildcard src/tools/mend_info_*.c)
+TOOL_C   := $(filter-out $(TOOL_PART),$(wildcard src/tools/*.c))
 TOOL_PY  := $(wildcard src/tools/*.py)
 TOOLS    := $(TOOL_C:src/tools/%.c=$(BUILDDIR)/bin/%) $(TOOL_PY:src/tools/%.py=$(BUILDDIR)/bin/%)
 BENCH_COMMON := $(wildcard benchmarks/common/*.c)
@@ -121,6 +123,14 @@ $(PCFILE): src/nccl.pc.in makefiles/version.mk Makefile
 $(BUILDDIR)/bin/%: src/tools/%.c $(STATIC)
 	@mkdir -p $(@D) $(BUILDDIR)/obj/tools
 	$(CC) $(CFLAGS_TOOL) -MF $(BUILDDIR)/obj/tools/$*.d $< -o $@ $(STATIC) $(CUDA_LIBS) $(LIBS)
+
+$(BUILDDIR)/obj/tools/%.o: src/tools/%.c | $(HEADER)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_TOOL) -c -MF $(BUILDDIR)/obj/tools/$*.d $< -o $@
+
+$(BUILDDIR)/bin/mend-info: src/tools/mend-info.c $(TOOL_PART:src/tools/%.c=$(BUILDDIR)/obj/tools/%.o) $(STATIC)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_TOOL) -MF $(BUILDDIR)/obj/tools/mend-info.d $< $(filter %.o,$^) -o $@ $(STATIC) $(CUDA_LIBS) $(LIBS)
 
 $(BUILDDIR)/bin/%: src/tools/%.py
 	@mkdir -p $(@D)

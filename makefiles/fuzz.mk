@@ -15,7 +15,7 @@ FUZZ_SRC      := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN      := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 # The library files the targets check, and what they call (logging, parameters, MACs, sockets).
 # agree.c is linked as it is: fuzz_agree provides the planner calls it makes.
-FUZZ_LIB_SRC  := $(filter-out src/misc/cudrv.c,$(wildcard src/misc/*.c)) src/bootstrap_wire.c \
+FUZZ_LIB_SRC  := $(filter-out src/misc/cudrv.c,$(wildcard src/misc/*.c)) src/bootstrap_wire.c src/bootstrap_ras_wire.c \
                  src/transport/net_socket_wire.c src/resilience/resil_wire.c src/resilience/health.c \
                  src/resilience/agree.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap_ras.h"
 #include "checks.h"
 #include "comm.h"
 #include "enqueue/planview.h"
@@ -64,7 +65,7 @@ enum { M_RANKS = 0, M_OPS, M_EPOCH, M_PENDING, M_FAILOVERS, M_FAILBACKS, M_CONNS
   { K, W_IDLE, P "_idle_seconds", "gauge", "Time since " WHAT "'s last completion (-1: none yet)" }
 
 static const struct monFamily families[] = {
-  { ROW_PROC, 0, "mend_monitor_info", "gauge", "The monitor of this process (labels: host, pid, window size)" },
+  { ROW_PROC, 0, "mend_monitor_info", "gauge", "The monitor of this process (labels: host, pid, ras: its query service ip:port, window size)" },
   { ROW_PROC, 1, "mend_monitor_snapshot_timestamp_seconds", "gauge", "When this snapshot was taken (Unix time)" },
   { ROW_PROC, 2, "mend_monitor_communicators", "gauge", "Communicators watched by this process" },
   { ROW_COMM, M_RANKS, "mend_comm_ranks", "gauge", "Ranks in the communicator" },
@@ -343,6 +344,8 @@ ncclResult_t mendMonBuild(int json, char** text, size_t* len) {
   mendHostName(host, sizeof(host));
   label(proc, "host", "%s", host);
   label(proc, "pid", "%d", (int)getpid());
+  char rasAt[MEND_SOCKET_NAME_MAXLEN];
+  label(proc, "ras", "%s", mendRasEndpoint(rasAt) ? rasAt : ""); /* where mend-info --ras asks */
   label(proc, "window", "%d", mendMon.window);
   proc->v[0] = 1;
   proc->v[1] = (double)wall.tv_sec + (double)wall.tv_nsec / 1e9;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap_ras.h"
 #include "checks.h"
 #include "comm.h"
 #include "graph/graph.h"
@@ -147,6 +148,7 @@ static void freeComm(struct mendMonComm* mc) {
 }
 
 ncclResult_t mendMonitorCommAdd(struct ncclComm* comm, size_t slotBytes) {
+  MENDCHECK(mendRasCommAdd(comm)); /* who is late: the query service (bootstrap_ras.h) */
   if (!mendMonitorOn() || !comm) return ncclSuccess;
   struct mendMonComm* mc;
   ncclResult_t res = ncclSuccess;
@@ -184,6 +186,7 @@ fail:
 }
 
 void mendMonitorCommRemove(struct ncclComm* comm) {
+  mendRasCommRemove(comm);
   if (!comm || !mendMonitorOn()) return;
   pthread_mutex_lock(&mendMon.threadLock);
   pthread_mutex_lock(&mendMon.writeLock);

@@ -4,6 +4,7 @@
  *   --env      only the parameters that are set (environment or config file)
  *   --version  the version line the library logs at startup, and the API level of its nccl.h
  *   --reduce-bw  host reduction throughput per datatype and op, baseline and vector loops
+ *   --ras      who is late in a running job (mend_info_ras.c)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +13,14 @@
 
 #include "device/dtypes.h"
 #include "device/reduce.h"
+#include "mend_info_ras.h"
 #include "misc/param.h"
 #include "misc/version.h"
 #include "nccl.h"
 
 static void usage(FILE* f) {
   fprintf(f,
-          "Usage: mend-info [--params] [--env] [--version] [--reduce-bw] [-h]\n"
+          "Usage: mend-info [--params] [--env] [--version] [--reduce-bw] [-h] | --ras ...\n"
           "  --params   print every parameter: name, type, default, unit, current value, doc\n"
           "  --env      print only the parameters set in the environment or a config file\n"
           "  --version  print the library version\n"
@@ -26,6 +28,7 @@ static void usage(FILE* f) {
           "             datatype and op, on 1 MiB (in cache, a chunk) and 64 MiB buffers, with the\n"
           "             baseline and the vector loops (MEND_REDUCE_VEC picks what collectives use)\n"
           "  -h         this help\n");
+  mendInfoRasUsage(f);
 }
 
 static void defaultText(const struct mendParamInfo* p, char* buf, size_t len) {
@@ -149,6 +152,7 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  if (strcmp(argv[1], "--ras") == 0) return mendInfoRas(argc - 2, argv + 2); /* its own options follow */
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);

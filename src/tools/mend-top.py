@@ -49,7 +49,7 @@ def parse_prom(text):
     return rows
 
 
-LABEL_KEYS = {"host", "pid", "window", "comm", "rank", "nic", "nic_name", "dir", "peer", "channel", "use"}
+LABEL_KEYS = {"host", "pid", "window", "ras", "comm", "rank", "nic", "nic_name", "dir", "peer", "channel", "use"}
 
 
 def parse_jsonl(text):
