@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "checks.h"
 #include "comm.h"
@@ -18,6 +19,7 @@
 
 #define PROXY_SPIN_NS 20000        /* keep polling this long after the last movement (latency) */
 #define PROXY_IDLE_WAIT_US 100000  /* sleep bound with nothing in flight: only the bell wakes us */
+#define PROXY_TIMER_SLACK_NS 1000  /* the proxy thread's timer slack (its polls are tens of us apart) */
 
 struct mendProxy {
   mendBell_t bell;                /* rung by the executor and by destroy */
@@ -72,6 +74,8 @@ static void proxyPass(struct ncclComm* comm, struct mendProxy* p, int* moved, in
 
 static void* proxyMain(void* arg) {
   struct ncclComm* comm = arg;
+  /* Its waits are 20-200 us polls: the default 50 us timer slack would stretch the short ones. */
+  prctl(PR_SET_TIMERSLACK, PROXY_TIMER_SLACK_NS, 0, 0, 0);
   struct mendProxy* p = comm->proxy;
   int64_t idleMax = mendParamProxyIdleUs(), waitUs = 0;
   if (idleMax < 1) idleMax = 1;
@@ -98,10 +102,12 @@ static void* proxyMain(void* arg) {
       if (waitUs > idleMax) waitUs = idleMax;
       mendBellWait(&p->bell, seen, waitUs);
     } else if (busy) {
-      /* Requests in flight: poll them at a growing interval, at most MEND_PROXY_IDLE_US. */
+      /* Requests in flight: poll them at a growing interval, at most MEND_PROXY_IDLE_US.  A ring
+       * (a slot posted, or an executor about to sleep on a receive it polled) starts it over. */
       waitUs = waitUs == 0 ? 20 : waitUs * 2;
       if (waitUs > idleMax) waitUs = idleMax;
       mendBellWait(&p->bell, seen, waitUs);
+      if (mendBellRead(&p->bell) != seen) waitUs = 0;
     } else {
       mendBellWait(&p->bell, seen, PROXY_IDLE_WAIT_US);
     }

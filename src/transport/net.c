@@ -29,6 +29,8 @@ struct netConn {
   atomic_flag moving;                 /* held by whoever moves this connector now: the proxy or the executor */
   int direct;                         /* MEND_NET_DIRECT: the executor may move it from its own thread */
   ncclResult_t deferred;              /* an error the executor met, for the proxy's next pass (under moving) */
+  uint64_t waitSinceNs;               /* receive: first kick since the last arrival that found nothing (0: none) */
+  int handedOver;                     /* receive: the proxy was rung to poll while the executor may sleep */
   const mendNet_t* net;               /* Net used (per connector, so it can be swapped) */
   void* ctx;                          /* the Net's per-communicator context */
   int dev;                            /* local Net device (the channel's netDev) */
@@ -144,13 +146,33 @@ static ncclResult_t proxyProgress(struct ncclComm* comm, struct mendProxyConn* p
   return res;
 }
 
+/* A receive the executor has polled this long without an arrival is handed to the proxy too (its
+ * bell is rung once, which restarts its shortest poll interval): the executor stops polling after
+ * MEND_SPIN_US and sleeps until the proxy rings it. */
+#define KICK_HANDOVER_NS 20000
+
+/* Receive side of a kick, under `moving`: returns 1 when the proxy should be rung now. */
+static int recvWaited(struct netConn* nc, uint64_t doneBefore) {
+  if (nc->done > doneBefore) {
+    nc->waitSinceNs = 0;
+    nc->handedOver = 0;
+    return 0;
+  }
+  uint64_t now = mendTimeNs();
+  if (nc->waitSinceNs == 0) nc->waitSinceNs = now;
+  if (nc->handedOver || now - nc->waitSinceNs < KICK_HANDOVER_NS) return 0;
+  nc->handedOver = 1;
+  return 1;
+}
+
 int mendProxyKick(struct mendConnector* conn) {
   if (!conn || conn->kind != MEND_TRANSPORT_NET || !conn->priv) return 0;
   struct netConn* nc = conn->priv;
   if (!nc->direct || !nc->netComm || !nc->mhandle) return 0;
   if (atomic_flag_test_and_set_explicit(&nc->moving, memory_order_acquire)) return 0;
-  int moved = 0, busy = 0, idle = 0;
+  int moved = 0, busy = 0, idle = 0, handOver = 0;
   if (nc->deferred == ncclSuccess) {
+    uint64_t doneBefore = nc->done;
     ncclResult_t res = moveOnce(nc, &moved, &busy);
     if (res == ncclInProgress) res = ncclInternalError;
     if (res != ncclSuccess) {
@@ -158,8 +180,10 @@ int mendProxyKick(struct mendConnector* conn) {
       atomic_store(&conn->error, (int)res);
     }
     idle = res == ncclSuccess && !busy;
+    if (conn->dir == MEND_RECV && res == ncclSuccess) handOver = recvWaited(nc, doneBefore);
   }
   atomic_flag_clear_explicit(&nc->moving, memory_order_release);
+  if (handOver) mendBellRing(conn->peerBell);
   return idle;
 }
 
