@@ -43,6 +43,13 @@ ncclResult_t mendGenTreeAllReduce(int up, const int* down, int nDown, struct men
  * its mirror, so most leaves of one are inner nodes of the other.  Fills positions (-1: none). */
 void mendTreeDoubleBinary(int nRanks, int pos, int which, int* up, int down[2]);
 
+/* Recursive doubling AllReduce (gen_rd.c) over positions 0..n-1 (ranks[] maps them to ranks), for
+ * the rank at position q: log2(P) exchange rounds of the whole partial, P the largest power of two
+ * <= n, plus one hop before and after for the n - P positions past P.  mendRdSupported: whether its
+ * connectors and steps fit a program (n <= 16). */
+int mendRdSupported(int nRanks);
+ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgram** prog);
+
 /* R2 AllReduce, one partial level (gen_r2.c): the part the `inner` ranks (k, sub-ring order) reduce
  * in a ring while the `outer` ranks (d, chain order; 1 <= d <= k x MEND_R2_MAX_FANOUT) work on the
  * global ring, then the outer ranks' inputs join through a chain and the result comes back to them.

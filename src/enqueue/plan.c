@@ -215,6 +215,8 @@ static ncclResult_t collProgram(struct ncclComm* comm, const struct mendPlanView
     channelTree(comm, view, c, &up, down, &nDown);
     return mendGenTreeAllReduce(up, down, nDown, prog);
   }
+  if (algo == MEND_ALGO_RD && op->func == MEND_FUNC_ALLREDUCE)
+    return mendGenRdAllReduce(comm->nRanks, ch->ring, ch->ringIndex, prog);
   return mendGenRing(op->func, comm->nRanks, ch->ring, ch->ringIndex, op->root, prog);
 }
 

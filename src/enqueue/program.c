@@ -163,6 +163,7 @@ const char* mendAlgoName(int algo) {
   switch (algo) {
   case MEND_ALGO_TREE: return "Tree";
   case MEND_ALGO_RING: return "Ring";
+  case MEND_ALGO_RD: return "RD";
   case MEND_ALGO_P2P: return "P2P";
   case MEND_ALGO_LOCAL: return "Local";
   default: return "Unknown";

@@ -104,6 +104,7 @@ struct mendProgStep {
 enum mendAlgo {
   MEND_ALGO_TREE = 0,  /* NCCL_ALGO_TREE: double binary tree (AllReduce) */
   MEND_ALGO_RING = 1,  /* NCCL_ALGO_RING */
+  MEND_ALGO_RD = 2,    /* recursive doubling AllReduce, small counts (gen_rd.c; not an NCCL_ALGO bit) */
   MEND_ALGO_P2P = 7,   /* direct sends and receives (send/recv, AlltoAll, Gather, Scatter) */
   MEND_ALGO_LOCAL = 8, /* one rank, or a send to self: a local copy */
   MEND_NALGOS = 9      /* size of name tables */

@@ -1,8 +1,9 @@
 /*
  * Tuning: which algorithm, how many channels, what chunk, for each collective call.
  *
- * Alpha-beta model per transport kind (constants measured on the reference machines, see
- * PERF notes in src/enqueue/README.md): a hop costs alpha microseconds, a channel moves data at
+ * Alpha-beta model per transport kind (constants from calib.c: built in from the reference
+ * machine, or measured by `mend-info --calibrate` and read through MEND_CALIB_FILE; the TUNING log
+ * prints them): a hop costs alpha microseconds, a channel moves data at
  * bwChannel GB/s and all channels together at most bwMax GB/s (the host engine is one thread per
  * rank: more channels add overlap, not memcpy bandwidth; net channels add sockets).
  *   ring AllReduce   2(n-1) hops, 2(n-1)/n x S bytes per rank
@@ -19,6 +20,7 @@
  * any collective (mendTuneColl, where the tuner plugin is asked); R2 plans are built by plan_r2.c.
  */
 #include "enqueue/tuning.h"
+#include "enqueue/calib.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,16 +36,10 @@
 #include "plugin/tuner_plugin.h"
 #include "transport/transport.h"
 
-struct kindCost {
-  double alphaUs;   /* per hop */
-  double bwChannel; /* GB/s one channel moves */
-  double bwMax;     /* GB/s all channels of a rank move */
-};
-static const struct kindCost kindCosts[3] = {
-  [MEND_TRANSPORT_P2P] = {.alphaUs = 1.0, .bwChannel = 5.0, .bwMax = 8.0},
-  [MEND_TRANSPORT_SHM] = {.alphaUs = 3.0, .bwChannel = 3.0, .bwMax = 6.0},
-  [MEND_TRANSPORT_NET] = {.alphaUs = 25.0, .bwChannel = 1.0, .bwMax = 2.5},
-};
+/* The constants of a transport kind (calib.c: built in, or measured by mend-info --calibrate). */
+static const struct mendKindCost* kindCost(int kind) {
+  return mendCalibGet()->kind + (kind < 0 || kind >= MEND_CALIB_KINDS ? MEND_TRANSPORT_NET : kind);
+}
 
 static const char* algoNames[MEND_NCCL_NUM_ALGOS] = {"Tree", "Ring", "CollNetDirect", "CollNetChain",
                                                      "NVLS", "NVLSTree", "PAT"};
@@ -127,9 +123,19 @@ static void parseMasks(struct mendPlanner* pl) {
   if (mendTuneParse(mendParamProto(), 1, pl->protoMask, &bad) != ncclSuccess)
     WARN_ONCE("NCCL_PROTO=%s: unknown protocol or function '%s' ignored", mendParamProto(), bad);
   pl->masksParsed = 1;
+  char line[512];
+  mendCalibDescribe(mendCalibGet(), line, sizeof(line));
+  INFO(NCCL_TUNING, "%s", line);
 }
 
 /* ---- cost model ---- */
+
+/* Recursive doubling: log2(P) rounds of the whole vector, 2 more hops past a power of two. */
+static int rdHops(int n) {
+  int p = 1, hops = 0;
+  while (p * 2 <= n) p *= 2, hops++;
+  return hops + (p < n ? 2 : 0);
+}
 
 static int depthOf(int n) {
   int d = 0;
@@ -137,26 +143,39 @@ static int depthOf(int n) {
   return d;
 }
 
+/* The reduction part of an AllReduce's estimate (host CPU time, not wire time). */
+static double reduceUs(const struct mendCostIn* in, int algo) {
+  double S = (double)in->nBytes, n = in->nRanks, perUs = mendCalibGet()->reduceGBs * 1e3;
+  if (in->func != MEND_FUNC_ALLREDUCE || n <= 1) return 0;
+  return (algo == MEND_ALGO_TREE ? S : (n - 1) / n * S) / perUs;
+}
+
 double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   int n = in->nRanks, kind = in->kind < 0 || in->kind > 2 ? MEND_TRANSPORT_NET : in->kind;
-  const struct kindCost* k = kindCosts + kind;
+  const struct mendKindCost* k = kindCost(kind);
   double bwMax = (kind == MEND_TRANSPORT_NET && in->netGBs > 0) ? in->netGBs : k->bwMax;
   double bw = in->nChannels * k->bwChannel;
   if (bw > bwMax) bw = bwMax;
   double perUs = bw * 1e3; /* bytes per microsecond */
+  double redUs = mendCalibGet()->reduceGBs * 1e3; /* bytes a rank reduces per microsecond */
   double S = (double)in->nBytes;
-  if (n <= 1) return S / (kindCosts[MEND_TRANSPORT_P2P].bwMax * 1e3);
+  if (n <= 1) return S / (kindCost(MEND_TRANSPORT_P2P)->bwMax * 1e3);
+  /* Reductions run on the rank's CPU beside the transfers: their bytes at the reduce rate add up. */
   switch (in->func) {
   case MEND_FUNC_ALLREDUCE:
-    if (algo == MEND_ALGO_RING) return 2.0 * (n - 1) * k->alphaUs + 2.0 * (n - 1) / n * S / perUs;
-    if (algo == MEND_ALGO_TREE) return 2.0 * (depthOf(n) - 1) * k->alphaUs + 2.0 * S / perUs;
+    if (algo == MEND_ALGO_RING)
+      return 2.0 * (n - 1) * k->alphaUs + 2.0 * (n - 1) / n * S / perUs + (n - 1.0) / n * S / redUs;
+    if (algo == MEND_ALGO_TREE) return 2.0 * (depthOf(n) - 1) * k->alphaUs + 2.0 * S / perUs + S / redUs;
+    if (algo == MEND_ALGO_RD) return mendRdSupported(n) ? rdHops(n) * (k->alphaUs + S / perUs + S / redUs) : -1;
     return -1;
   case MEND_FUNC_ALLGATHER:
-  case MEND_FUNC_REDUCESCATTER:
     return algo == MEND_ALGO_RING ? (n - 1) * k->alphaUs + (double)(n - 1) / n * S / perUs : -1;
+  case MEND_FUNC_REDUCESCATTER:
+    return algo == MEND_ALGO_RING ? (n - 1) * k->alphaUs + (double)(n - 1) / n * S * (1 / perUs + 1 / redUs) : -1;
   case MEND_FUNC_BROADCAST:
-  case MEND_FUNC_REDUCE:
     return algo == MEND_ALGO_RING ? (n - 1) * k->alphaUs + S / perUs : -1;
+  case MEND_FUNC_REDUCE:
+    return algo == MEND_ALGO_RING ? (n - 1) * k->alphaUs + S / perUs + S / redUs : -1;
   default:
     return algo == MEND_ALGO_P2P ? k->alphaUs + S / (k->bwChannel * 1e3) : -1;
   }
@@ -261,6 +280,13 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
               mendParamProto());
   int nCh = in.nChannels;
   ch->algo = askTuner(comm, pl, func, nBytes, cost, &nCh);
+  /* Recursive doubling is Mend's own: considered when NCCL_ALGO leaves the choice to Mend and no
+   * tuner plugin decides (a plugin's table has no cell for it); MEND_RD=1 forces it, 0 rules it out. */
+  int64_t rdMode = mendParamRd();
+  int rdOk = func == MEND_FUNC_ALLREDUCE && pl->tuner == NULL && rdMode != 0 &&
+             (rdMode == 1 || mendParamAlgo() == NULL);
+  double rd = rdOk ? mendTuneCostUs(&in, MEND_ALGO_RD) : -1;
+  if (rd >= 0 && (rdMode == 1 || rd < cost[ch->algo])) ch->algo = MEND_ALGO_RD;
   ch->proto = MEND_NCCL_PROTO_SIMPLE;
   ch->nChannels = nCh;
   in.nChannels = nCh;
@@ -269,9 +295,10 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
   int64_t forced = mendParamChunksize();
   size_t slot = (size_t)(mendParamBuffsize() > 0 ? mendParamBuffsize() : 4194304) / MEND_FIFO_SLOTS;
   ch->chunkBytes = forced > 0 ? (size_t)forced : mendTuneChunk(func, ch->algo, nBytes / (size_t)nCh, comm->nRanks, slot);
-  INFO(NCCL_TUNING, "%s: %zu Bytes -> Algo %s proto Simple channels %d chunk %zu time %.2f us (ring %.2f, tree %.2f)%s",
+  INFO(NCCL_TUNING,
+       "%s: %zu Bytes -> Algo %s proto Simple channels %d chunk %zu time %.2f us (ring %.2f, tree %.2f, rd %.2f)%s",
        mendFuncName(func), nBytes, mendAlgoName(ch->algo), nCh, ch->chunkBytes, ch->estUs, cost[MEND_ALGO_RING],
-       cost[MEND_ALGO_TREE], pl->tuner ? " [tuner]" : "");
+       cost[MEND_ALGO_TREE], rd, pl->tuner ? " [tuner]" : "");
   return ncclSuccess;
 }
 
@@ -370,14 +397,16 @@ ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, co
   }
   for (int a = 0; a < 2; a++) {
     if (!(algos & (1u << a))) continue;
-    double full = mendTuneCostUs(&in, a), lat = mendTuneCostUs(&in0, a);
+    /* R2's model (tuning_r2.c) has no reduction term: leave it out here too, so the candidates
+     * compare like with like (and it does not scale with a NIC's capacity). */
+    double full = mendTuneCostUs(&in, a) - reduceUs(&in, a), lat = mendTuneCostUs(&in0, a);
     double bal = lat + (full - lat) / cmin, bak = lat + (full - lat) / bmin;
     if (c->costUs[MEND_REPLAN_BALANCE] < 0 || bal < c->costUs[MEND_REPLAN_BALANCE]) c->costUs[MEND_REPLAN_BALANCE] = bal;
     if (c->costUs[MEND_REPLAN_BACKUP] < 0 || bak < c->costUs[MEND_REPLAN_BACKUP]) c->costUs[MEND_REPLAN_BACKUP] = bak;
   }
   /* R2 levels are rings: only where Ring is allowed.  The NIC line rate stays out (it is this
    * host's, and the choice must be every rank's). */
-  const struct kindCost* k = kindCosts + (kind < 0 || kind > 2 ? MEND_TRANSPORT_NET : kind);
+  const struct mendKindCost* k = kindCost(kind);
   double bw = nCh * k->bwChannel < k->bwMax ? nCh * k->bwChannel : k->bwMax;
   struct mendR2ModelIn m = {.nRanks = n, .rankCap = view->rankCap, .nBytes = (double)nBytes, .alphaUs = k->alphaUs,
                             .bytesPerUs = bw * 1e3};

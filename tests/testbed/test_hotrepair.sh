@@ -12,10 +12,10 @@ tb_require
 
 tb_builddir hotrepair all_reduce_perf
 
-timeout -k 10 480 python3 "$HERE/hotrepair.py" --builddir "$B" &
+timeout -k 10 420 python3 "$HERE/hotrepair.py" --builddir "$B" &
 pid=$!
 wait "$pid"; rc=$?
-[ "$rc" = 124 ] && echo "not ok hotrepair: scenarios finished within 480 s"
+[ "$rc" = 124 ] && echo "not ok hotrepair: scenarios finished within 420 s"
 # Testbeds are named mt<owner pid % 10000><letter>: nothing of ours may be left.
 left=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^mt$((pid % 10000))[a-z]*(sw|h[0-9]+)$")
 if [ -n "$left" ]; then

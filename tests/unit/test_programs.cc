@@ -296,6 +296,33 @@ TEST(ProgramTree, AllReduceMatching) {
   }
 }
 
+// Recursive doubling: every rank count it supports (2..16), ranks in a ring order unlike rank order:
+// valid, matching pairwise, log2 rounds (+2 hops past a power of two); 17 ranks do not fit a program.
+TEST(ProgramRd, MatchingAndRounds) {
+  for (int n = 1; n <= 16; n++) {
+    ASSERT_TRUE(n == 1 || mendRdSupported(n)) << "n=" << n;
+    std::vector<int> perm(n);  // position -> rank: reversed, so partners are not rank ^ bit
+    for (int p = 0; p < n; p++) perm[p] = n - 1 - p;
+    std::vector<mendProgram*> progs(n);
+    int pow2 = 1, rounds = 0;
+    while (pow2 * 2 <= n) pow2 *= 2, rounds++;
+    for (int q = 0; q < n; q++) {
+      ASSERT_EQ(mendGenRdAllReduce(n, perm.data(), q, &progs[perm[q]]), ncclSuccess) << "n=" << n;
+      EXPECT_EQ(mendProgValidate(progs[perm[q]]), ncclSuccess);
+      int steps = q >= pow2 ? 2 : 2 * rounds + (q < n - pow2 ? 2 : 0);
+      if (n > 1) {
+        EXPECT_EQ(progs[perm[q]]->nSteps, steps) << "n=" << n << " q=" << q;
+      }
+    }
+    if (n > 1) checkMatching(progs, "rd n=" + std::to_string(n));
+    for (auto* p : progs) free(p);
+  }
+  EXPECT_FALSE(mendRdSupported(17)) << "17 ranks need 10 connectors";
+  EXPECT_FALSE(mendRdSupported(32));
+  mendProgram* p = nullptr;
+  EXPECT_EQ(mendGenRdAllReduce(17, std::vector<int>(17, 0).data(), 0, &p), ncclInternalError);
+}
+
 TEST(ProgramFormat, ValidateRejectsMalformed) {
   mendProgram* p;
   ASSERT_EQ(mendGenP2pSend(1, &p), ncclSuccess);
@@ -462,6 +489,35 @@ TEST(EngineAllReduce, AllRanksTypesOpsAlgos) {
           }
         }
       }
+    }
+  }
+}
+
+// Recursive doubling (MEND_RD=1): powers of two and every shape of fold (1..7 extra ranks) up to 16
+// ranks, every type and op, in and out of place, sizes from 0 to several loops of several chunks,
+// then many loops on 3 channels.  (ProgramRd checks every count 1..16 for matching messages.)
+TEST(EngineAllReduce, RecursiveDoubling) {
+  ScopedEnv rd("MEND_RD", "1");
+  for (int n : {1, 2, 3, 4, 6, 8, 13, 16}) {
+    World w(n);
+    for (int t = 0; t < ncclNumTypes; t++) {
+      for (int op = 0; op < NUM_TEST_OPS; op++) {
+        for (size_t count : {(size_t)0, (size_t)1, (size_t)13, (size_t)1009}) {
+          for (bool inPlace : {false, true}) {
+            runColl(w, MEND_FUNC_ALLREDUCE, t, op, count, inPlace, -1, "rd");
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  ScopedEnv chunk("MEND_CHUNKSIZE", "320");
+  ScopedEnv minCh("NCCL_MIN_NCHANNELS", "3");
+  for (int n : {2, 3, 6, 8, 13}) {
+    World w(n, 3, 16 * 1024);
+    for (int t : {ncclInt32, ncclFloat64, ncclFloat16}) {
+      runColl(w, MEND_FUNC_ALLREDUCE, t, OP_SUM, 65537, n % 2, -1, "rd");
+      if (HasFailure()) return;
     }
   }
 }

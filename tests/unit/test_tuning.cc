@@ -4,6 +4,7 @@
 // settings are still checked for correct results.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -12,8 +13,10 @@
 #include <vector>
 
 extern "C" {
+#include "enqueue/calib.h"
 #include "enqueue/plan.h"
 #include "enqueue/tuning.h"
+#include "misc/param.h"
 }
 
 #include "loopback_world.h"
@@ -117,7 +120,8 @@ TEST(TuningChoice, FollowsEnvAndModel) {
   const Case cases[] = {
       {"ring", 8, 16, MEND_ALGO_RING},          {"tree", (size_t)64 << 20, 16, MEND_ALGO_TREE},
       {"ring;allreduce:tree", 8, 8, MEND_ALGO_TREE}, {"^tree", 8, 16, MEND_ALGO_RING},
-      {nullptr, 8, 16, MEND_ALGO_TREE},          {nullptr, (size_t)256 << 20, 16, MEND_ALGO_RING},
+      {nullptr, 8, 17, MEND_ALGO_TREE},          {nullptr, (size_t)256 << 20, 16, MEND_ALGO_RING},
+      {nullptr, 8, 16, MEND_ALGO_RD},            {"tree", 8, 16, MEND_ALGO_TREE},
       {"nvls", 8, 4, MEND_ALGO_RING},           {"allgather:tree", 8, 16, MEND_ALGO_TREE},
   };
   for (const Case& c : cases) {
@@ -218,6 +222,8 @@ TEST(TuningLog, ChoiceShownWithTuningSubsys) {
   EXPECT_NE(tuning.find("NCCL INFO AllGather: 15000 Bytes -> Algo Ring proto Simple channels "), std::string::npos)
       << tuning;
   EXPECT_NE(tuning.find("(ring "), std::string::npos) << "both candidates' costs are shown";
+  EXPECT_NE(tuning.find(", rd "), std::string::npos) << "recursive doubling's cost is shown";
+  EXPECT_NE(tuning.find("NCCL INFO Cost model constants (built in): p2p alpha "), std::string::npos) << tuning;
   EXPECT_EQ(tuning.find("opCount"), std::string::npos) << "no COLL lines at TUNING";
   std::string coll = runAndRead("COLL");
   EXPECT_EQ(coll.find("-> Algo"), std::string::npos) << coll;
@@ -252,4 +258,138 @@ TEST(TuningSimulate, GroupSimulateEnd) {
   EXPECT_EQ(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
   EXPECT_EQ(ncclGroupSimulateEnd(nullptr), ncclInvalidArgument);
   EXPECT_EQ(ncclGroupSimulateEnd(&info), ncclInvalidUsage) << "not in a group";
+}
+
+// Recursive doubling: the model picks it for small AllReduces at 2, 4, 8, 16 ranks (log2 rounds beat
+// the tree's 2(depth-1) hops and the ring's 2(n-1)), never for large ones; MEND_RD=0 rules it out,
+// MEND_RD=1 forces it, NCCL_ALGO set leaves it out; results stay exact under every setting.
+TEST(TuningChoice, RecursiveDoubling) {
+  {
+    World w3(3);  // 1 round + 2 fold hops against the tree's 2 hops
+    EXPECT_EQ(choose(w3.comm(0), MEND_FUNC_ALLREDUCE, 8).algo, MEND_ALGO_TREE);
+  }
+  for (int n : {2, 4, 8, 16}) {
+    World w(n);
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, 8).algo, MEND_ALGO_RD) << "n=" << n;
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, (size_t)64 << 20).algo, MEND_ALGO_RING) << "n=" << n;
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_BROADCAST, 8).algo, MEND_ALGO_RING) << "AllReduce only";
+    for (int kind = 0; kind < 3; kind++) {
+      mendCostIn in = {MEND_FUNC_ALLREDUCE, 8, n, kind, 1, 0};
+      EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << n;
+      EXPECT_LE(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_TREE)) << n;
+    }
+    allReduceChecked(w, 13, false);
+  }
+  World w(4);
+  {
+    ScopedEnv off("MEND_RD", "0");
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, 8).algo, MEND_ALGO_TREE);
+  }
+  {
+    ScopedEnv on("MEND_RD", "1");
+    EXPECT_EQ(choose(w.comm(0), MEND_FUNC_ALLREDUCE, (size_t)64 << 20).algo, MEND_ALGO_RD);
+    allReduceChecked(w, 70001, true);
+  }
+  {
+    ScopedEnv algo("NCCL_ALGO", "ring,tree");
+    EXPECT_NE(choose(w.comm(0), MEND_FUNC_ALLREDUCE, 8).algo, MEND_ALGO_RD) << "NCCL_ALGO set: NCCL's names rule";
+  }
+  World big(17);
+  EXPECT_EQ(choose(big.comm(0), MEND_FUNC_ALLREDUCE, 8).algo, MEND_ALGO_TREE) << "17 ranks: no program fits";
+  mendCostIn in = {MEND_FUNC_ALLREDUCE, 8, 17, 1, 1, 0};
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), 0);
+}
+
+// Calibration files: every key read, comments and blank lines skipped, anything else refused with the
+// line and the reason, leaving the values as they were; what mendCalibWrite writes reads back.
+TEST(TuningCalib, ParseWriteAndRefuse) {
+  mendCalib c, d;
+  mendCalibDefaults(&c);
+  char err[256] = "";
+  const char* good = "# measured\n\nshm.alpha_us 1.5\nshm.bw_channel_gbs 4\nshm.bw_max_gbs 7.25\n"
+                     "net.alpha_us 40 # loopback\np2p.bw_max_gbs 9\nreduce_gbs 12\n";
+  ASSERT_EQ(mendCalibParse(good, &c, err, sizeof err), 0) << err;
+  EXPECT_EQ(c.kind[1].alphaUs, 1.5);
+  EXPECT_EQ(c.kind[1].bwChannel, 4.0);
+  EXPECT_EQ(c.kind[1].bwMax, 7.25);
+  EXPECT_EQ(c.kind[2].alphaUs, 40.0);
+  EXPECT_EQ(c.kind[0].bwMax, 9.0);
+  EXPECT_EQ(c.kind[0].alphaUs, 1.0) << "keys not in the file keep their values";
+  EXPECT_EQ(c.reduceGBs, 12.0);
+  struct Bad { const char* text; const char* why; };
+  const Bad bads[] = {
+      {"shm.alpha 3\n", "line 1: unknown key 'shm.alpha'"},     {"ib.alpha_us 3\n", "unknown key"},
+      {"\nshm.alpha_us\n", "line 2: shm.alpha_us needs one number"}, {"shm.alpha_us abc\n", "got 'abc'"},
+      {"shm.alpha_us 3x\n", "got '3x'"},                        {"shm.alpha_us -1\n", "needs one number"},
+      {"shm.alpha_us nan\n", "needs one number"},               {"shm.alpha_us inf\n", "needs one number"},
+      {"shm.alpha_us 1e300\n", "needs one number"},             {"reduce_gbs 0\n", "needs one number"},
+      {"shm.alpha_us 1 2\n", "needs one number"},               {"net.bw_max_gbs 0.5\n", "below net.bw_channel_gbs"},
+  };
+  for (const Bad& b : bads) {
+    d = c;
+    err[0] = '\0';
+    EXPECT_EQ(mendCalibParse(b.text, &d, err, sizeof err), -1) << b.text;
+    EXPECT_NE(std::string(err).find(b.why), std::string::npos) << b.text << ": " << err;
+    EXPECT_EQ(memcmp(&d, &c, sizeof c), 0) << "refused text changes nothing: " << b.text;
+  }
+  char buf[1024];
+  FILE* f = fmemopen(buf, sizeof buf, "w");
+  ASSERT_NE(f, nullptr);
+  mendCalibWrite(f, &c);
+  fclose(f);
+  mendCalibDefaults(&d);
+  ASSERT_EQ(mendCalibParse(buf, &d, err, sizeof err), 0) << err;
+  for (int k = 0; k < MEND_CALIB_KINDS; k++) {
+    EXPECT_NEAR(d.kind[k].alphaUs, c.kind[k].alphaUs, 1e-3);
+    EXPECT_NEAR(d.kind[k].bwMax, c.kind[k].bwMax, 1e-3);
+  }
+  char line[512];
+  mendCalibDescribe(&c, line, sizeof line);
+  EXPECT_NE(std::string(line).find("shm alpha 1.50 us bw 4.00/7.25 GB/s"), std::string::npos) << line;
+}
+
+namespace {
+// In a process that has not planned yet: exit 0 when the model runs on the file's constants.  The
+// re-executed process made its own `dir` (it ran the test body up to here): it removes it.
+void modelReadsFile(const std::string& dir, const std::string& path) {
+  setenv("MEND_CALIB_FILE", path.c_str(), 1);
+  mendParamResetCache();
+  mendCostIn in = {MEND_FUNC_ALLREDUCE, 1000000, 2, 1, 1, 0};
+  // 2 hops of 50 us, 2 x 1/2 x 1 MB at 1 GB/s, 1/2 x 1 MB reduced at 1 GB/s
+  double ring = mendTuneCostUs(&in, MEND_ALGO_RING);
+  int ok = mendCalibGet()->fromFile && std::fabs(ring - (100 + 1000 + 500)) < 1e-6;
+  std::string cmd = "rm -rf " + dir;
+  exit(system(cmd.c_str()) == 0 && ok ? 0 : 1);
+}
+}  // namespace
+
+// MEND_CALIB_FILE: a missing or bad file WARNs and keeps the built-in constants; a good one is used,
+// and the cost model reads it (checked in a fresh process: the library reads the file once).
+TEST(TuningCalib, FileLoadAndModel) {
+  char dir[] = "/tmp/mend-calib-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string good = std::string(dir) + "/good", bad = std::string(dir) + "/bad";
+  FILE* f = fopen(good.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("shm.alpha_us 50\nshm.bw_channel_gbs 1\nshm.bw_max_gbs 1\nreduce_gbs 1\n", f);
+  fclose(f);
+  f = fopen(bad.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("shm.alpha_us 50\nshm.alpha_us oops\n", f);
+  fclose(f);
+  mendCalib c, builtIn;
+  mendCalibDefaults(&builtIn);
+  EXPECT_EQ(mendCalibLoad((std::string(dir) + "/none").c_str(), &c), -1);
+  EXPECT_EQ(memcmp(&c, &builtIn, sizeof c), 0);
+  EXPECT_EQ(mendCalibLoad(bad.c_str(), &c), -1);
+  EXPECT_EQ(memcmp(&c, &builtIn, sizeof c), 0) << "a bad file is not half-applied";
+  EXPECT_EQ(mendCalibLoad(nullptr, &c), 0);
+  EXPECT_EQ(c.fromFile, 0);
+  ASSERT_EQ(mendCalibLoad(good.c_str(), &c), 0);
+  EXPECT_EQ(c.fromFile, 1);
+  EXPECT_EQ(c.kind[1].alphaUs, 50.0);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a re-executed process reads the file afresh
+  EXPECT_EXIT(modelReadsFile(dir, good), ::testing::ExitedWithCode(0), "");
+  std::string cmd = std::string("rm -rf ") + dir;
+  ASSERT_EQ(system(cmd.c_str()), 0);
 }

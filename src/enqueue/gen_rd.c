@@ -1,0 +1,77 @@
+/*
+ * Recursive doubling AllReduce, for small counts: log2(P) exchange rounds instead of the ring's
+ * 2(n-1) hops (P: the largest power of two <= n).  Positions 0..n-1 (the channel's ring order maps
+ * them to ranks); in round k position q exchanges its whole partial with q ^ 2^k and reduces.
+ * With n not a power of two, position P + e first folds its input into position e (one hop before
+ * the rounds) and gets the result back from it (one hop after).
+ *
+ *  extra (q >= P):     send own input to q - P | recv the result
+ *  folding (q < n-P):  recvReduceCopy from q + P | rounds | send the result to q + P
+ *  each round k:       send partial to q ^ 2^k | recvReduceCopy from q ^ 2^k (the last one: post-op)
+ *
+ * Every rank reduces the same operands in mirrored order (a op b on one side, b op a on the other):
+ * the operations are commutative, so all ranks hold the same bits (a NaN's payload aside when both
+ * operands are NaNs, which IEEE leaves open).  One segment per loop: the whole chunk goes each round.
+ */
+#include "enqueue/gen.h"
+
+#include <stdlib.h>
+
+#include "checks.h"
+#include "transport/transport.h"
+
+#define COLL MEND_CONN_COLL
+#define PRE MEND_STEP_PREOP
+#define POST MEND_STEP_POSTOP
+
+int mendRdSupported(int nRanks) {
+  int p = 1, rounds = 0;
+  while (p * 2 <= nRanks) p *= 2, rounds++;
+  /* Every round names two connectors, the fold two more: they must fit the peer table. */
+  int peers = 2 * rounds + (p < nRanks ? 2 : 0);
+  return nRanks >= 2 && peers <= MEND_PROG_MAX_PEERS && 2 * rounds + 2 <= MEND_PROG_MAX_STEPS;
+}
+
+/* The rounds of position q among the first p positions; `src` holds the partial they start from
+ * (SEND: this rank's own input, not yet pre-multiplied). */
+static void rounds(struct mendProgram* prog, const int* ranks, int q, int p, int src) {
+  for (int bit = 1; bit < p; bit <<= 1) {
+    int partner = ranks[q ^ bit], first = src == MEND_BUF_SEND, last = bit * 2 >= p;
+    mendProgAddStep(prog, MEND_OP_SEND, first ? PRE : 0, -1, partner, COLL, src, MEND_BUF_NONE, 0, 1, 0);
+    mendProgAddStep(prog, MEND_OP_RECV_REDUCE_COPY, (first ? PRE : 0) | (last ? POST : 0), partner, -1, COLL, src,
+                    MEND_BUF_RECV, 0, 1, 0);
+    src = MEND_BUF_RECV;
+  }
+}
+
+ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgram** prog) {
+  if (n == 1) return mendGenCopy(PRE | POST, prog);
+  if (!mendRdSupported(n)) {
+    WARN("Recursive doubling: %d ranks need more connectors than a program holds", n);
+    return ncclInternalError;
+  }
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  struct mendProgram* prog0;
+  MENDCHECK(mendProgAlloc(MEND_ALGO_RD, 0, &prog0));
+  mendProgAddPhase(prog0, MEND_LAYOUT_CHUNKED, 1);
+  if (q >= p) { /* extra: hand the input to q - p, take the result back */
+    int host = ranks[q - p];
+    mendProgAddStep(prog0, MEND_OP_SEND, PRE, -1, host, COLL, MEND_BUF_SEND, MEND_BUF_NONE, 0, 1, 0);
+    mendProgAddStep(prog0, MEND_OP_RECV, 0, host, -1, COLL, MEND_BUF_NONE, MEND_BUF_RECV, 0, 1, 0);
+  } else if (q < n - p) { /* folding: the extra's input first, then the rounds, then the result back */
+    int extra = ranks[q + p];
+    mendProgAddStep(prog0, MEND_OP_RECV_REDUCE_COPY, PRE, extra, -1, COLL, MEND_BUF_SEND, MEND_BUF_RECV, 0, 1, 0);
+    rounds(prog0, ranks, q, p, MEND_BUF_RECV);
+    mendProgAddStep(prog0, MEND_OP_SEND, 0, -1, extra, COLL, MEND_BUF_RECV, MEND_BUF_NONE, 0, 1, 0);
+  } else {
+    rounds(prog0, ranks, q, p, MEND_BUF_SEND);
+  }
+  ncclResult_t res = mendProgValidate(prog0);
+  if (res != ncclSuccess) {
+    free(prog0);
+    return res;
+  }
+  *prog = prog0;
+  return ncclSuccess;
+}

@@ -1,0 +1,278 @@
+/*
+ * mend-info --calibrate: measure the cost model's constants on this machine and write them in the
+ * format MEND_CALIB_FILE reads (src/enqueue/calib.h).
+ *
+ * Per transport kind, two ranks of a fresh host-mode communicator (p2p: two threads of one process;
+ * shm: two processes; net: two processes with NCCL_SHM_DISABLE=1) exchange messages with ncclSend /
+ * ncclRecv:
+ *   alpha       half the best round trip of an 8-byte ping-pong (batches of 50, best batch average);
+ *   bw channel  a 16 MiB one-way stream on one channel per peer (MEND_P2P_NCHANNELS_PER_PEER=1);
+ *   bw max      the same on four channels per peer (never below bw channel).
+ * The reduction rate is the host's float sum on 4 MiB buffers (dst = a + b, in cache as a chunk is).
+ * Every measurement runs in a child process with its own environment and a time bound, so the
+ * library's cached parameters and threads never leak from one into the next; a kind that cannot be
+ * measured (no usable interface for sockets) keeps its built-in values and says so.
+ */
+#include "mend_info_calib.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device/reduce.h"
+#include "enqueue/calib.h"
+#include "nccl.h"
+
+#define PINGS 50          /* round trips per batch */
+#define BATCHES 8         /* batches; the best one counts */
+#define STREAM_BYTES (16u << 20)
+#define STREAM_REPS 6
+#define CHILD_LIMIT_S 60  /* a measurement that takes longer is killed and reported */
+
+static const char* kindNames[MEND_CALIB_KINDS] = {"p2p", "shm", "net"};
+
+static double nowUs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+/* What one pair measured (rank 0 reports it). */
+struct pairOut {
+  double alphaUs; /* one hop, us */
+  double gbs;     /* stream rate, GB/s */
+  int ok;         /* 1: both numbers valid */
+};
+
+static ncclResult_t sendRecv(ncclComm_t comm, int send, void* buf, size_t bytes) {
+  return send ? ncclSend(buf, bytes, ncclChar, 1 - send, comm, NULL) : ncclRecv(buf, bytes, ncclChar, 1, comm, NULL);
+}
+
+/* The ping-pong and the stream, as rank `rank` of comm. */
+static ncclResult_t measure(ncclComm_t comm, int rank, struct pairOut* out) {
+  char ping[8] = {0};
+  char* big = malloc(STREAM_BYTES);
+  if (big == NULL) return ncclSystemError;
+  memset(big, rank, STREAM_BYTES);
+  ncclResult_t res = ncclSuccess;
+  double best = 1e30;
+  for (int b = 0; b < BATCHES + 1 && res == ncclSuccess; b++) { /* batch 0 warms up */
+    double t0 = nowUs();
+    for (int i = 0; i < PINGS && res == ncclSuccess; i++) {
+      res = rank == 0 ? ncclSend(ping, 8, ncclChar, 1, comm, NULL) : ncclRecv(ping, 8, ncclChar, 0, comm, NULL);
+      if (res == ncclSuccess)
+        res = rank == 0 ? ncclRecv(ping, 8, ncclChar, 1, comm, NULL) : ncclSend(ping, 8, ncclChar, 0, comm, NULL);
+    }
+    double rtt = (nowUs() - t0) / PINGS;
+    if (b > 0 && rtt < best) best = rtt;
+  }
+  double t0 = 0;
+  for (int i = 0; i < STREAM_REPS + 1 && res == ncclSuccess; i++) { /* the first one warms up */
+    if (i == 1) t0 = nowUs();
+    res = rank == 0 ? ncclSend(big, STREAM_BYTES, ncclChar, 1, comm, NULL)
+                    : ncclRecv(big, STREAM_BYTES, ncclChar, 0, comm, NULL);
+  }
+  /* The receiver's last byte ends the stream: rank 1 answers with one ping. */
+  if (res == ncclSuccess) res = sendRecv(comm, rank == 1, ping, 8);
+  double us = nowUs() - t0;
+  free(big);
+  out->alphaUs = best / 2;
+  out->gbs = (double)STREAM_BYTES * STREAM_REPS / us / 1e3;
+  out->ok = res == ncclSuccess;
+  return res;
+}
+
+static int rankMain(int rank, ncclUniqueId id, struct pairOut* out) {
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
+  if (res == ncclSuccess) res = measure(comm, rank, out);
+  if (comm) ncclCommDestroy(comm);
+  if (res != ncclSuccess) fprintf(stderr, "mend-info --calibrate: rank %d: %s\n", rank, ncclGetErrorString(res));
+  return res == ncclSuccess ? 0 : 1;
+}
+
+struct threadArg {
+  ncclUniqueId id;
+  struct pairOut out;
+  int rc;
+};
+
+static void* rankOneThread(void* p) {
+  struct threadArg* a = p;
+  a->rc = rankMain(1, a->id, &a->out);
+  return NULL;
+}
+
+static int writeAll(int fd, const void* p, size_t n) {
+  const char* c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int readAll(int fd, void* p, size_t n) {
+  char* c = p;
+  while (n > 0) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return -1;
+    c += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+/* Inside the measuring child: rank 0 here, rank 1 in a thread (p2p) or a process of its own. */
+static int pairMain(int kind, int resultFd) {
+  struct pairOut out = {0};
+  int idPipe[2];
+  if (pipe(idPipe) != 0) return 1;
+  pid_t peer = -1;
+  if (kind != 0) {
+    peer = fork();
+    if (peer < 0) return 1;
+    if (peer == 0) { /* rank 1: its id comes from rank 0, which alone started the bootstrap root */
+      ncclUniqueId id;
+      close(idPipe[1]);
+      struct pairOut mine;
+      _exit(readAll(idPipe[0], &id, sizeof(id)) == 0 ? rankMain(1, id, &mine) : 1);
+    }
+  }
+  close(idPipe[0]);
+  ncclUniqueId id;
+  int rc = ncclGetUniqueId(&id) == ncclSuccess ? 0 : 1;
+  struct threadArg arg = {.id = id};
+  pthread_t th;
+  if (rc == 0 && kind != 0) rc = writeAll(idPipe[1], &id, sizeof(id));
+  if (rc == 0 && kind == 0) rc = pthread_create(&th, NULL, rankOneThread, &arg);
+  if (rc == 0) rc = rankMain(0, id, &out);
+  if (kind == 0 && rc == 0) {
+    pthread_join(th, NULL);
+    rc = arg.rc;
+  }
+  close(idPipe[1]);
+  if (peer > 0) {
+    int st = 0;
+    if (waitpid(peer, &st, 0) != peer || !WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  out.ok = out.ok && rc == 0;
+  writeAll(resultFd, &out, sizeof(out));
+  return rc;
+}
+
+/* One measurement of `kind` with `perPeer` channels per peer, in a child process. */
+static int runPair(int kind, int perPeer, struct pairOut* out) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(fds[0]);
+    setpgid(0, 0); /* the time bound kills rank 1's process too */
+    alarm(CHILD_LIMIT_S);
+    char v[16];
+    snprintf(v, sizeof(v), "%d", perPeer);
+    setenv("MEND_P2P_NCHANNELS_PER_PEER", v, 1);
+    setenv("MEND_P2P_CHANNEL_BYTES", "65536", 1);
+    setenv("MEND_CUDA_DISABLE", "1", 1);
+    if (kind == 2) setenv("NCCL_SHM_DISABLE", "1", 1);
+    _exit(pairMain(kind, fds[1]));
+  }
+  close(fds[1]);
+  memset(out, 0, sizeof(*out));
+  int got = readAll(fds[0], out, sizeof(*out)) == 0;
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  kill(-pid, SIGKILL); /* whatever of the group is left after a failure */
+  return got && out->ok && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Float sum GB/s of output on 4 MiB buffers, for 0.2 s. */
+static double reduceGBs(void) {
+  const size_t bytes = 4u << 20, n = bytes / sizeof(float);
+  float *a = malloc(bytes), *b = malloc(bytes), *d = malloc(bytes);
+  double gbs = 0;
+  struct mendRedOp op;
+  if (a && b && d && mendRedOpResolve(ncclSum, ncclFloat32, 2, &op) == ncclSuccess) {
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = 0.5f + (float)(i & 1023) / 1024.0f;
+    mendReduce(&op, d, a, b, n, 0);
+    double t0 = nowUs(), t1;
+    long it = 0;
+    do {
+      mendReduce(&op, d, a, b, n, 0);
+      it++;
+      t1 = nowUs();
+    } while (t1 - t0 < 2e5);
+    gbs = (double)bytes * (double)it / (t1 - t0) / 1e3;
+  }
+  free(a);
+  free(b);
+  free(d);
+  return gbs;
+}
+
+void mendInfoCalibUsage(void* file) {
+  fprintf((FILE*)file,
+          "  --calibrate [-o FILE]  measure the cost model's constants (hop latency and bandwidths per\n"
+          "             transport, host reduction rate) and print them; -o writes them to FILE for\n"
+          "             MEND_CALIB_FILE (copy the same file to every host)\n");
+}
+
+int mendInfoCalib(int argc, char** argv) {
+  const char* outPath = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+      outPath = argv[++i];
+    } else {
+      fprintf(stderr, "mend-info --calibrate: unknown or incomplete option '%s'\n", argv[i]);
+      mendInfoCalibUsage(stderr);
+      return 2;
+    }
+  }
+  struct mendCalib c;
+  mendCalibDefaults(&c);
+  int measured = 0;
+  printf("# %-4s %10s %14s %12s  %s\n", "kind", "alpha_us", "bw_channel", "bw_max", "(GB/s)");
+  for (int k = 0; k < MEND_CALIB_KINDS; k++) {
+    struct pairOut one, four;
+    if (runPair(k, 1, &one) != 0 || runPair(k, 4, &four) != 0) {
+      printf("# %-4s not measured (see the errors above); built-in values kept\n", kindNames[k]);
+      continue;
+    }
+    c.kind[k].alphaUs = one.alphaUs < four.alphaUs ? one.alphaUs : four.alphaUs;
+    c.kind[k].bwChannel = one.gbs;
+    c.kind[k].bwMax = four.gbs > one.gbs ? four.gbs : one.gbs;
+    measured++;
+    printf("# %-4s %10.2f %14.2f %12.2f\n", kindNames[k], c.kind[k].alphaUs, c.kind[k].bwChannel, c.kind[k].bwMax);
+  }
+  double red = reduceGBs();
+  if (red > 0) c.reduceGBs = red;
+  printf("# reduce (float sum, 4 MiB) %.2f GB/s\n", c.reduceGBs);
+  mendCalibWrite(stdout, &c);
+  if (outPath) {
+    FILE* f = fopen(outPath, "w");
+    if (f == NULL) {
+      fprintf(stderr, "mend-info --calibrate: cannot write %s: %s\n", outPath, strerror(errno));
+      return 1;
+    }
+    fprintf(f, "# mend-info --calibrate: %d of %d transport kinds measured\n", measured, MEND_CALIB_KINDS);
+    mendCalibWrite(f, &c);
+    if (fclose(f) != 0) {
+      fprintf(stderr, "mend-info --calibrate: cannot write %s: %s\n", outPath, strerror(errno));
+      return 1;
+    }
+  }
+  return measured > 0 ? 0 : 1;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# mend-info --calibrate: measures every transport kind and the reduce rate within a time bound, writes
+# a file MEND_CALIB_FILE reads; the library prints the constants in force (TUNING) and refuses a bad
+# or missing file with a WARN, keeping its built-in constants; bad options fail with exit 2.
+set -u
+cd "$(dirname "$0")/../.."
+B=${MEND_BUILDDIR:-build}
+TOOL="$B/bin/mend-info"
+PERF="$B/bin/all_reduce_perf"
+ok() { echo "ok $1"; }
+nok() { echo "not ok $1: $2"; }
+if [ ! -x "$TOOL" ]; then echo "not ok calibrate_built: $TOOL missing"; exit 1; fi
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+
+start=$SECONDS
+timeout 120 "$TOOL" --calibrate -o "$T/calib" > "$T/out" 2> "$T/err"; rc=$?
+took=$((SECONDS - start))
+[ $rc -eq 0 ] && [ $took -le 60 ] && ok "calibrate_exit_0 # ${took}s" || nok calibrate_exit_0 "rc=$rc ${took}s $(head -3 "$T/err")"
+keys=$(grep -cE '^(p2p|shm|net)\.(alpha_us|bw_channel_gbs|bw_max_gbs) [0-9]+\.[0-9]+$|^reduce_gbs [0-9]+\.[0-9]+$' "$T/calib")
+[ "$keys" = 10 ] && ok calibrate_file_has_every_key || nok calibrate_file_has_every_key "$keys keys: $(cat "$T/calib")"
+grep -q '^# mend-info --calibrate: 3 of 3 transport kinds measured' "$T/calib" && ok calibrate_measured_all_kinds \
+  || nok calibrate_measured_all_kinds "$(head -1 "$T/calib") $(grep 'not measured' "$T/out")"
+zero=$(awk '$2 + 0 <= 0 {print}' <(grep -v '^#' "$T/calib"))
+[ -z "$zero" ] && ok calibrate_values_positive || nok calibrate_values_positive "$zero"
+
+# The library reads the file and says so (one line per communicator, values as measured).
+alpha=$(awk '$1 == "p2p.alpha_us" {printf "%.2f", $2}' "$T/calib")
+tuning() { # env assignments...: a 2-thread AllReduce with the TUNING log
+  env "$@" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING LD_LIBRARY_PATH="$B/lib" \
+    timeout 60 "$PERF" -t 2 -b 8 -e 8 -n 1 -w 0 -c 1 2>&1
+}
+tuning MEND_CALIB_FILE="$T/calib" > "$T/log"; rc=$?
+[ $rc -eq 0 ] && grep -q "Cost model constants ($T/calib): p2p alpha $alpha us" "$T/log" && ok library_reads_file \
+  || nok library_reads_file "rc=$rc want alpha $alpha: $(grep -m1 'Cost model' "$T/log")"
+printf 'shm.alpha_us 2\nshm.alpha_us -3\n' > "$T/bad"
+tuning MEND_CALIB_FILE="$T/bad" > "$T/log"; rc=$?
+[ $rc -eq 0 ] && grep -q "MEND_CALIB_FILE=$T/bad: line 2: shm.alpha_us needs one number" "$T/log" \
+  && grep -q "Cost model constants (built in): p2p alpha 1.00 us" "$T/log" && ok bad_file_warns_and_is_ignored \
+  || nok bad_file_warns_and_is_ignored "rc=$rc $(grep -m2 -E 'CALIB|Cost model' "$T/log")"
+tuning MEND_CALIB_FILE="$T/none" > "$T/log"; rc=$?
+[ $rc -eq 0 ] && grep -q "MEND_CALIB_FILE=$T/none: cannot read it" "$T/log" && ok missing_file_warns \
+  || nok missing_file_warns "rc=$rc $(grep -m1 CALIB "$T/log")"
+
+"$TOOL" --calibrate --bogus > /dev/null 2> "$T/err"; rc=$?
+[ $rc -eq 2 ] && grep -q "unknown or incomplete option '--bogus'" "$T/err" && ok bad_option_exit_2 \
+  || nok bad_option_exit_2 "rc=$rc $(cat "$T/err")"
+"$TOOL" --calibrate -o > /dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] && ok missing_path_exit_2 || nok missing_path_exit_2 "rc=$rc"
+"$TOOL" -h | grep -q -- '--calibrate' && ok help_lists_calibrate || nok help_lists_calibrate "not in -h"
+exit 0
