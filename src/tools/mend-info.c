@@ -5,6 +5,7 @@
  *   --version  the version line the library logs at startup, and the API level of its nccl.h
  *   --reduce-bw  host reduction throughput per datatype and op, baseline and vector loops
  *   --ras      who is late in a running job (mend_info_ras.c)
+ *   --calibrate  measure the cost model's constants (mend_info_calib.c)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "device/dtypes.h"
 #include "device/reduce.h"
+#include "mend_info_calib.h"
 #include "mend_info_ras.h"
 #include "misc/param.h"
 #include "misc/version.h"
@@ -29,6 +31,7 @@ static void usage(FILE* f) {
           "             baseline and the vector loops (MEND_REDUCE_VEC picks what collectives use)\n"
           "  -h         this help\n");
   mendInfoRasUsage(f);
+  mendInfoCalibUsage(f);
 }
 
 static void defaultText(const struct mendParamInfo* p, char* buf, size_t len) {
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (strcmp(argv[1], "--ras") == 0) return mendInfoRas(argc - 2, argv + 2); /* its own options follow */
+  if (strcmp(argv[1], "--calibrate") == 0) return mendInfoCalib(argc - 2, argv + 2);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
