@@ -161,7 +161,8 @@ ncclResult_t mendPlanCacheBuild(struct ncclComm* comm, const struct mendOp* op, 
   c->st.misses++;
   pthread_mutex_unlock(&c->lock);
   MENDCHECK(mendPlanBuild(comm, op, 1, plan));
-  if (!reusable(*plan)) return ncclSuccess;
+  /* A tuner plugin is asked for every call, as NCCL asks it: its answer may change between calls. */
+  if (!reusable(*plan) || comm->planner->tuner) return ncclSuccess;
   pthread_mutex_lock(&c->lock);
   keep(c, &key, *plan);
   pthread_mutex_unlock(&c->lock);

@@ -1,10 +1,14 @@
 // Plan reuse (src/enqueue/plan_cache.c): the same single operation gets the kept plan back; a change
 // of any field of its signature (function, count, type, reduction, root, buffers) plans anew; a new
 // plan view drops every kept plan; MEND_PLAN_CACHE=0 plans every call; a kept plan is lent to one
-// run at a time; AllReduces that reuse plans over a loopback world give exact results.
+// run at a time; with a tuner plugin every call plans (the plugin is asked each time); AllReduces
+// that reuse plans over a loopback world give exact results.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "mend_internal.h"
@@ -179,4 +183,18 @@ TEST(PlanCache, ReusedPlansGiveExactResults) {
   }
   EXPECT_EQ(statsOf(w.comm(0)).hits, 4u);
   EXPECT_EQ(statsOf(w.comm(1)).hits, 4u);
+}
+
+TEST(PlanCache, TunerPluginIsAskedEveryCall) {
+  const char* b = getenv("MEND_BUILDDIR");
+  std::string lib = std::string(b ? b : "build") + "/lib/libnccl-tuner-example.so";
+  if (access(lib.c_str(), R_OK) != 0) GTEST_SKIP() << lib << " not built";
+  ScopedEnv tuner("NCCL_TUNER_PLUGIN", lib.c_str());
+  World w(2);
+  ncclComm_t c = w.comm(0);
+  for (uint64_t i = 0; i < 3; i++) planOnce(c, baseOp(c, i));
+  ASSERT_NE(c->planner->tuner, nullptr) << "the example tuner was not loaded";
+  mendPlanCacheStats st = statsOf(c);
+  EXPECT_EQ(st.hits, 0u);
+  EXPECT_EQ(st.entries, 0);
 }
