@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""R2CCL's multi-failure study (its section 8.2, Figure 10) with Mend's schedules, on mend-sim.
+
+k = 1..K random NIC failures over S servers x N NICs (fixed seeds: pattern p of k uses
+random.Random(1000 * k + p)); for each pattern the AllReduce is simulated under MEND_REPLAN=backup,
+balance and auto (the cost model's choice: Balance, R2 or recursive).  Servers are simulated with
+one rank each (sim/README.md says why: Mend's ranks of a server share its NICs, and a ring crosses
+each server boundary once per channel, so the inter-server traffic is the same within 2(n-1)/n).
+
+Iteration model (stated, not R2CCL's code): 7B parameters, bf16 gradients, TP = 4 inside a server
+(R2CCL: two TP groups per 8-GPU server), so each server's NICs carry the data-parallel AllReduce of
+8 GPUs x 7e9 / 4 x 2 bytes = 28 GB, as one AllReduce of that size over the servers; compute per
+iteration 6 x 7e9 x (512 x 2048 tokens) / (GPUs x 989 TFLOP/s x 40 % MFU), not overlapped with
+communication.  The AllReduce is simulated at --bytes and scaled linearly to 28 GB (mend-sim's time
+is bandwidth-bound and linear in size at these sizes: 256 MiB -> 1 GiB gave x 4.00).
+
+Writes <out>/r2ccl_study.csv and <out>/r2ccl_study.png.
+"""
+import argparse
+import csv
+import os
+import random
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+MODES = ("backup", "balance", "auto")
+
+
+def simulate(args, faults, mode):
+    topo = "servers=%d;nics=%d;gbps=%g" % (args.servers, args.nics, args.gbps)
+    topo += "".join(";down=%d,%d" % f for f in faults)
+    cmd = [args.sim, "-e", topo, "--bytes", str(args.bytes), "--replan", mode, "--shm-gbps", "3600",
+           "--latency-us", "2.5", "--goodput", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    m = re.search(r"schedule (\S+) simulated ([0-9.]+) s", out.stdout)
+    if out.returncode != 0 or not m:
+        sys.exit("mend-sim failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return m.group(1), float(m.group(2))
+
+
+def pattern(args, k, p):
+    rng = random.Random(1000 * k + p)
+    picks = rng.sample(range(args.servers * args.nics), k)
+    return sorted((x // args.nics, x % args.nics) for x in picks)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sim", default="build/bin/mend-sim")
+    ap.add_argument("--servers", type=int, default=64)
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs per server (iteration model)")
+    ap.add_argument("--nics", type=int, default=8)
+    ap.add_argument("--gbps", type=float, default=200)
+    ap.add_argument("--kmax", type=int, default=10)
+    ap.add_argument("--patterns", type=int, default=50)
+    ap.add_argument("--bytes", type=int, default=256 << 20)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default="sim/results")
+    args = ap.parse_args()
+    gpus = args.servers * args.gpus
+    grad = args.gpus * 7e9 / 4 * 2                                   # bytes per server per iteration
+    compute = 6 * 7e9 * 512 * 2048 / (gpus * 989e12 * 0.40)          # seconds
+    scale = grad / args.bytes
+    _, healthy = simulate(args, [], "auto")
+    jobs = [(k, p, m) for k in range(1, args.kmax + 1) for p in range(args.patterns) for m in MODES]
+    with ThreadPoolExecutor(args.jobs) as ex:
+        res = list(ex.map(lambda j: simulate(args, pattern(args, j[0], j[1]), j[2]), jobs))
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for (k, p, m), (chosen, t) in zip(jobs, res):
+        over = (compute + t * scale) / (compute + healthy * scale) - 1
+        rows.append({"k": k, "pattern": p, "mode": m, "chosen": chosen, "allreduce_s": t,
+                     "vs_healthy": t / healthy, "iteration_overhead": over})
+    with open(os.path.join(args.out, "r2ccl_study.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print("healthy AllReduce %.6f s at %d bytes; iteration: compute %.3f s + AllReduce %.3f s (%.0f MB/server)"
+          % (healthy, args.bytes, compute, healthy * scale, grad / 1e6))
+    print("k  " + "  ".join("%-26s" % m for m in MODES))
+    mean = {}
+    for k in range(1, args.kmax + 1):
+        cells = []
+        for m in MODES:
+            sel = [r for r in rows if r["k"] == k and r["mode"] == m]
+            t = sum(r["vs_healthy"] for r in sel) / len(sel)
+            o = sum(r["iteration_overhead"] for r in sel) / len(sel)
+            mean[(k, m)] = (t, o)
+            cells.append("x%.3f AllReduce, +%.2f %% iter" % (t, 100 * o))
+        print("%-2d %s" % (k, "  ".join("%-26s" % c for c in cells)))
+    plot(args, mean)
+
+
+def plot(args, mean):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ks = list(range(1, args.kmax + 1))
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for m in MODES:
+        ax[0].plot(ks, [mean[(k, m)][0] for k in ks], marker="o", label="Mend " + m)
+        ax[1].plot(ks, [100 * mean[(k, m)][1] for k in ks], marker="o", label="Mend " + m)
+    ax[1].plot([1, 10], [1.5, 4.3], "k--", marker="s", label="R2CCL Fig. 10 (1.5 % .. 4.3 %)")
+    ax[0].set(xlabel="NIC failures k", ylabel="AllReduce time / healthy",
+              title="%d servers x %d NICs x %g Gbit/s" % (args.servers, args.nics, args.gbps))
+    ax[1].set(xlabel="NIC failures k", ylabel="iteration overhead (%)",
+              title="7B model, %d GPUs (iteration model)" % (args.servers * args.gpus))
+    for a in ax:
+        a.grid(True, alpha=0.3)
+        a.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "r2ccl_study.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()
