@@ -5,8 +5,9 @@ The element arithmetic lives in dtypes.h (mendSumF32, mendDivI8, ...); this scri
 the loops around it so that every loop body is a straight call the compiler can inline and
 vectorize.  The narrow floats (bf16, fp8) get a second copy of their loops compiled for AVX-512
 (`...V4`, MEND_RED_V4_TARGET), where the branch-free conversions vectorize 16 lanes wide; half's
-V4 loops are written by hand with F16C (reduce_x86.h), fp8's sum and product loops with tables of
-results (reduce_fp8.h), the same in both tables.  Two tables per entry point: the baseline
+V4 loops are written by hand with F16C (reduce_x86.h); fp8's sum, product and PreMulSum loops are
+written by hand too: tables of results in the baseline (reduce_fp8.h), AVX-512 through half
+precision in V4 (reduce_x86_fp8.h).  Two tables per entry point: the baseline
 one and the V4 one, which reduce.c picks at run time from the CPU.  Included once, by
 src/device/reduce.c.
 """
@@ -22,7 +23,8 @@ TYPES = [
 ]
 NARROW_V4 = ["Bf16", "E4m3", "E5m2"]  # generated V4 copies (F16's are hand-written)
 NARROW = ["F16"] + NARROW_V4
-# Loops written by hand in reduce_fp8.h: fp8 sum and product read a 64 Ki-entry table of results.
+# Loops written by hand: baseline ones in reduce_fp8.h (a 64 Ki-entry table of results), V4 ones in
+# reduce_x86_fp8.h.
 HAND = {(t, f) for t in ("E4m3", "E5m2") for f in ("redSum", "redProd", "redPreMulSum", "copyPreMul")}
 SIMPLE = [("Sum", "MEND_RED_SUM"), ("Prod", "MEND_RED_PROD"), ("Max", "MEND_RED_MAX"), ("Min", "MEND_RED_MIN")]
 
@@ -62,7 +64,7 @@ def emit_type(t, enum, c, v=""):
 
 def emit_tables(v=""):
     """The dispatch tables; v = "V4": the narrow floats' entries point at their AVX-512 loops."""
-    vv = lambda t, f: v if t in NARROW and (t, f) not in HAND else ""
+    vv = lambda t, f: v if t in NARROW else ""
     print(f"/* mendReduce: [datatype][kind]{', AVX-512' if v else ''}. */")
     print(f"static const mendRedFn redTable{v}[ncclNumTypes][MEND_RED_NKINDS] = {{")
     for t, enum, _ in TYPES:

@@ -43,6 +43,9 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
 #endif
 
 #include "device/reduce_fp8.h"
+#if MEND_RED_V4
+#include "device/reduce_x86_fp8.h"
+#endif
 #include "device/gen_reduce.h"
 
 typedef const mendRedFn (*redTableRef)[MEND_RED_NKINDS];

@@ -4,9 +4,10 @@
  * operation) by dtypes.h's own mendSumE4m3 etc. and then read: d[i] = table[a[i] << 8 | b[i]].
  * The results are those functions' bits by construction.  PreMulSum reads the product table with the
  * scalar as second operand, then the sum table.  Included by src/device/reduce.c (which defines
- * RED_PARAMS, RED_PTRS, COPY_PARAMS, COPY_PTRS, redScalar() and copyPlain()).  The same loops serve
- * both dispatch tables: AVX-512 gathers of the table were no faster than these scalar reads, and
- * the vectorized arithmetic slower (benchmarks/RESULTS.md, "Host reductions").
+ * RED_PARAMS, RED_PTRS, COPY_PARAMS, COPY_PTRS, redScalar() and copyPlain()).  These loops serve the
+ * baseline dispatch table and the tails of the AVX-512 loops (reduce_x86_fp8.h, which decode to half
+ * and float, operate, and round back in vector lanes).  AVX-512 gathers of the tables were no
+ * faster than these scalar reads (benchmarks/RESULTS.md, "Host reductions").
  */
 #ifndef MEND_DEVICE_REDUCE_FP8_H_
 #define MEND_DEVICE_REDUCE_FP8_H_

@@ -133,6 +133,24 @@ TEST(ReduceVec, Fp8EveryPairEveryKind) {
   }
 }
 
+// PreMulSum rounds the product to fp8 before the sum: every scalar, against every own input and a
+// set of peer inputs (zeros, subnormals, max finite, NaN, and values either side of a rounding tie).
+TEST(ReduceVec, Fp8PreMulSumEveryScalar) {
+  skipWithoutVec();
+  const uint8_t partners[] = {0x00, 0x80, 0x01, 0x81, 0x07, 0x08, 0x38, 0xb8,
+                              0x7e, 0xfe, 0x7f, 0x7b, 0x7c, 0x3c, 0x44, 0xc9};
+  for (ncclDataType_t type : {ncclFloat8e4m3, ncclFloat8e5m2}) {
+    std::vector<uint8_t> a, b;
+    for (uint8_t p : partners) {
+      for (uint32_t v = 0; v < 256; v++) {
+        a.push_back((uint8_t)v);
+        b.push_back(p);
+      }
+    }
+    for (uint32_t s = 0; s < 256; s++) checkPairs<uint8_t>(type, a, b, s);
+  }
+}
+
 TEST(ReduceVec, HalfAndBf16EveryValueAgainstSpecials) {
   skipWithoutVec();
   // Partners: zeros, smallest/largest subnormals, smallest normal, one, max finite, infinities,

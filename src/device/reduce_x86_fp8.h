@@ -1,0 +1,139 @@
+/*
+ * fp8 sum, product and PreMulSum with AVX-512 (x86-64), included by src/device/reduce.c where
+ * MEND_RED_V4 is 1, after reduce_fp8.h (whose result tables serve the tails).  Thirty-two elements
+ * at a time, through half precision:
+ *   decode  e5m2 is the top byte of a half; e4m3's 7 magnitude bits shifted into a half's field
+ *           are the value times 2^-8 (subnormals included: the two formats' subnormal steps line
+ *           up), its NaN (S.1111.111) set to a half NaN; vcvtph2ps then gives floats, exactly.
+ *   operate in float: a sum or product of two fp8 values is exact in float, and so is the
+ *           rescaling of a product of two e4m3 values (each times 2^-8) by 2^8.
+ *   encode  float -> half rounded to nearest even (vcvtps2ph), then half -> fp8 rounded to nearest
+ *           even in 16-bit integer lanes, saturated (satfinite), NaN to S.1111.111 (e4m3) or
+ *           S.11111.11 (e5m2).  Rounding twice is exact here: a half has at least 2p+2 bits for
+ *           the p-bit fp8 formats (p = 4, 3), enough for the sum or product of two operands, and
+ *           tests/unit/test_reduce_vec.cc proves it on the whole domain: every pair of operands
+ *           against dtypes.h's functions, which round once.
+ */
+#ifndef MEND_DEVICE_REDUCE_X86_FP8_H_
+#define MEND_DEVICE_REDUCE_X86_FP8_H_
+
+#include <immintrin.h>
+
+/* A pair of 16-float vectors: the 32 elements of one step. */
+struct f8x32 {
+  __m512 lo, hi;
+};
+
+#define F8_W(c) _mm512_set1_epi16((short)(c))
+/* The steps below must be inlined into the loops: called, they pass vectors through memory. */
+#define F8_INLINE MEND_RED_V4_TARGET static inline __attribute__((always_inline))
+
+/* 32 halves (16-bit lanes) -> floats. */
+F8_INLINE struct f8x32 f8HalvesToFloats(__m512i h) {
+  struct f8x32 r = {_mm512_cvtph_ps(_mm512_castsi512_si256(h)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1))};
+  return r;
+}
+
+/* 32 e4m3 (bytes) -> the values times 2^-8 as floats. */
+F8_INLINE struct f8x32 f8DecodeE4m3(__m256i v) {
+  __m512i w = _mm512_cvtepu8_epi16(v);
+  __m512i mag = _mm512_and_si512(w, F8_W(0x7f));
+  __m512i h = _mm512_or_si512(_mm512_slli_epi16(mag, 7), _mm512_and_si512(_mm512_slli_epi16(w, 8), F8_W(0x8000)));
+  __mmask32 nan = _mm512_cmpeq_epi16_mask(mag, F8_W(0x7f));
+  return f8HalvesToFloats(_mm512_mask_blend_epi16(nan, h, _mm512_or_si512(h, F8_W(0x7e00))));
+}
+
+/* 32 e5m2 (bytes) -> floats. */
+F8_INLINE struct f8x32 f8DecodeE5m2(__m256i v) {
+  return f8HalvesToFloats(_mm512_slli_epi16(_mm512_cvtepu8_epi16(v), 8));
+}
+
+/* 16 floats -> halves, rounded to nearest even. */
+F8_INLINE __m256i f8RoundHalf(__m512 f) {
+  return _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* 32 floats -> 32 fp8: `shift` drops the half's extra mantissa bits (7 for e4m3, whose floats are
+ * the values times 2^-8; 8 for e5m2), `maxEnc` is the largest finite magnitude. */
+F8_INLINE __m256i f8Encode(struct f8x32 f, int shift, short maxEnc) {
+  __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(f8RoundHalf(f.lo)), f8RoundHalf(f.hi), 1);
+  __m512i mag = _mm512_and_si512(h, F8_W(0x7fff));
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi16(mag, (unsigned)shift), F8_W(1));
+  __m512i bias = _mm512_add_epi16(F8_W((1 << (shift - 1)) - 1), odd);
+  __m512i enc = _mm512_min_epu16(_mm512_srli_epi16(_mm512_add_epi16(mag, bias), (unsigned)shift), F8_W(maxEnc));
+  enc = _mm512_mask_blend_epi16(_mm512_cmpgt_epu16_mask(mag, F8_W(0x7c00)), enc, F8_W(0x7f));
+  enc = _mm512_or_si512(enc, _mm512_and_si512(_mm512_srli_epi16(h, 8), F8_W(0x80)));
+  return _mm512_cvtepi16_epi8(enc);
+}
+
+#define F8_LOAD(p) _mm256_loadu_si256((const __m256i*)(const void*)(p))
+#define F8_STORE(p, v) _mm256_storeu_si256((__m256i*)(void*)(p), (v))
+
+F8_INLINE struct f8x32 f8Add(struct f8x32 x, struct f8x32 y) {
+  struct f8x32 r = {_mm512_add_ps(x.lo, y.lo), _mm512_add_ps(x.hi, y.hi)};
+  return r;
+}
+/* x * y * k (k: 2^8 for e4m3's scaled floats, 1 for e5m2; exact). */
+F8_INLINE struct f8x32 f8Mul(struct f8x32 x, struct f8x32 y, __m512 k) {
+  struct f8x32 r = {_mm512_mul_ps(_mm512_mul_ps(x.lo, y.lo), k), _mm512_mul_ps(_mm512_mul_ps(x.hi, y.hi), k)};
+  return r;
+}
+
+/* One step of 32 elements per format: the sum of two loads, the product of a load and decoded
+ * floats (K: 2^8 for e4m3, whose floats are the values times 2^-8; 1 for e5m2). */
+#define F8_V4_STEPS(Tag, SHIFT, MAXENC, K)                                                      \
+  F8_INLINE __m256i f8Sum##Tag(__m256i x, __m256i y) {                   \
+    return f8Encode(f8Add(f8Decode##Tag(x), f8Decode##Tag(y)), SHIFT, MAXENC);                  \
+  }                                                                                             \
+  F8_INLINE __m256i f8Prod##Tag(__m256i x, struct f8x32 y) {             \
+    return f8Encode(f8Mul(f8Decode##Tag(x), y, _mm512_set1_ps(K)), SHIFT, MAXENC);              \
+  }
+F8_V4_STEPS(E4m3, 7, 0x7e, 256.0f)
+F8_V4_STEPS(E5m2, 8, 0x7b, 1.0f)
+
+/* The loops of one format (FMT: its reduce_fp8.h table index).  Tails (n mod 32) read the tables. */
+#define F8_V4_LOOPS(Tag, FMT)                                                                   \
+  MEND_RED_V4_TARGET static void redSum##Tag##V4(RED_PARAMS) {                                  \
+    RED_PTRS(mendUFp8);                                                                         \
+    size_t i = 0;                                                                               \
+    for (; i + 32 <= n; i += 32) F8_STORE(d + i, f8Sum##Tag(F8_LOAD(a + i), F8_LOAD(b + i)));   \
+    fp8Lookup(fp8Table(FMT, FP8_SUM), d + i, a + i, b + i, n - i);                              \
+  }                                                                                             \
+  MEND_RED_V4_TARGET static void redProd##Tag##V4(RED_PARAMS) {                                 \
+    RED_PTRS(mendUFp8);                                                                         \
+    size_t i = 0;                                                                               \
+    for (; i + 32 <= n; i += 32)                                                                \
+      F8_STORE(d + i, f8Prod##Tag(F8_LOAD(a + i), f8Decode##Tag(F8_LOAD(b + i))));              \
+    fp8Lookup(fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, n - i);                             \
+  }                                                                                             \
+  MEND_RED_V4_TARGET static void redPreMulSum##Tag##V4(RED_PARAMS) {                            \
+    if (!(flags & MEND_RED_PREOP)) {                                                            \
+      redSum##Tag##V4(op, dst, x, y, n, flags);                                                 \
+      return;                                                                                   \
+    }                                                                                           \
+    RED_PTRS(mendUFp8);                                                                         \
+    uint8_t s;                                                                                  \
+    redScalar(op, &s, sizeof s);                                                                \
+    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                           \
+    size_t i = 0;                                                                               \
+    for (; i + 32 <= n; i += 32) /* the product is rounded to fp8 before the sum */             \
+      F8_STORE(d + i, f8Sum##Tag(f8Prod##Tag(F8_LOAD(a + i), vs), F8_LOAD(b + i)));             \
+    fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, s, n - i); \
+  }                                                                                             \
+  MEND_RED_V4_TARGET static void copyPreMul##Tag##V4(COPY_PARAMS) {                             \
+    if (!(flags & MEND_RED_PREOP)) {                                                            \
+      copyPlain(dst, x, n);                                                                     \
+      return;                                                                                   \
+    }                                                                                           \
+    COPY_PTRS(mendUFp8);                                                                        \
+    uint8_t s;                                                                                  \
+    redScalar(op, &s, sizeof s);                                                                \
+    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                           \
+    size_t i = 0;                                                                               \
+    for (; i + 32 <= n; i += 32) F8_STORE(d + i, f8Prod##Tag(F8_LOAD(a + i), vs));              \
+    fp8LookupScalar(fp8Table(FMT, FP8_PROD), d + i, a + i, s, n - i);                           \
+  }
+F8_V4_LOOPS(E4m3, FP8_E4M3)
+F8_V4_LOOPS(E5m2, FP8_E5M2)
+
+#endif
