@@ -6,8 +6,8 @@
  * nothing, the engine spins (yielding) for MEND_SPIN_US, then sleeps on a doorbell with a short
  * bound, checking abort flags and asynchronous errors every round: 8 ranks on 2 cores progress,
  * and nothing waits forever after an abort.  When the ranks of the host outnumber its CPUs, the
- * spin is MEND_SPIN_OVERSUB_US instead (default 0: sleep at once), since a spinning rank takes
- * the core from the rank whose step it waits for.
+ * spin is MEND_SPIN_OVERSUB_US instead (default 5 us), since a spinning rank takes the core from
+ * the rank whose step it waits for.
  */
 #include "device/engine.h"
 #include "device/opsig.h"
