@@ -246,3 +246,98 @@ TEST(MonitorSnapshot, EmptyProcess) {
   EXPECT_NE(j.find("\"monitor_communicators\":0}"), std::string::npos) << j;
   EXPECT_EQ(mendMonitorSnapshot(0, nullptr, &len), ncclInvalidArgument);
 }
+
+// ---- who is late: the query service's wire checks (src/bootstrap_ras_wire.c)
+
+extern "C" {
+#include "bootstrap_ras.h"
+}
+
+namespace {
+
+// A reply of one communicator of nRanks ranks (rank 1, two NICs, the second down).
+std::vector<char> rasReply(int nRanks) {
+  struct mendRasHeader h;
+  memset(&h, 0, sizeof(h));
+  h.magic = MEND_RAS_REPLY_MAGIC;
+  h.version = MEND_RAS_VERSION;
+  h.nComms = 1;
+  h.pid = 4242;
+  strcpy(h.host, "node-a");
+  h.bytes = sizeof(h) + mendRasCommBytes(nRanks);
+  struct mendRasComm c;
+  memset(&c, 0, sizeof(c));
+  c.commHash = 0xabcdef;
+  c.rank = 1;
+  c.nRanks = nRanks;
+  c.issued = 77;
+  c.inflight = 1;
+  c.nNics = 2;
+  c.nic[1] = MEND_RAS_NIC_DOWN;
+  std::vector<char> b((const char*)&h, (const char*)&h + sizeof(h));
+  b.insert(b.end(), (const char*)&c, (const char*)&c + sizeof(c));
+  for (int r = 0; r < nRanks; r++) {
+    struct mendRasPeer p;
+    memset(&p, 0, sizeof(p));
+    p.addr.sin.sin_family = AF_INET;
+    p.addr.sin.sin_port = htons((uint16_t)(40000 + r));
+    b.insert(b.end(), (const char*)&p, (const char*)&p + sizeof(p));
+  }
+  return b;
+}
+
+// Parse buf; "" when accepted (and checked), else why it was refused.
+std::string rasParse(const std::vector<char>& b) {
+  struct mendRasReply r;
+  const char* why = NULL;
+  if (mendRasReplyParse(b.data(), b.size(), &r, &why) != ncclSuccess) return why ? why : "(no reason)";
+  std::string bad;
+  if (r.pid != 4242 || strcmp(r.host, "node-a") != 0 || r.nComms != 1 || r.comms[0].c.issued != 77 ||
+      r.comms[0].c.nic[1] != MEND_RAS_NIC_DOWN || ntohs(r.comms[0].peers[2].sin.sin_port) != 40002)
+    bad = "fields read wrong";
+  mendRasReplyFree(&r);
+  return bad;
+}
+
+}  // namespace
+
+TEST(RasWire, QueryAndReplyAccepted) {
+  struct mendRasQuery q = {MEND_RAS_QUERY_MAGIC, MEND_RAS_VERSION, 0};
+  EXPECT_TRUE(mendRasQueryParse(&q, sizeof(q)));
+  EXPECT_FALSE(mendRasQueryParse(&q, sizeof(q) - 1));
+  q.flags = 1;
+  EXPECT_FALSE(mendRasQueryParse(&q, sizeof(q)));
+  EXPECT_EQ(rasParse(rasReply(4)), "");
+}
+
+TEST(RasWire, BadRepliesRefused) {
+  const size_t comm = sizeof(struct mendRasHeader);
+  struct Case {
+    const char* what;
+    size_t off;     // byte to overwrite (in the reply of 4 ranks)
+    int32_t value;  // 32-bit value written there
+  } cases[] = {
+      {"rank outside the communicator", comm + offsetof(struct mendRasComm, rank), 4},
+      {"negative size", comm + offsetof(struct mendRasComm, nRanks), -1},
+      {"unknown NIC state", comm + offsetof(struct mendRasComm, nic) + 4, 7},
+      {"NIC state past the count", comm + offsetof(struct mendRasComm, nic) + 12, 1},
+      {"too many NICs", comm + offsetof(struct mendRasComm, nNics), MEND_RAS_MAX_NICS + 1},
+      {"bad pid", offsetof(struct mendRasHeader, pid), 0},
+      {"another version", offsetof(struct mendRasHeader, version), MEND_RAS_VERSION + 1},
+      {"unknown address family", comm + sizeof(struct mendRasComm), 99},
+  };
+  for (const Case& c : cases) {
+    std::vector<char> b = rasReply(4);
+    memcpy(b.data() + c.off, &c.value, sizeof(c.value));
+    EXPECT_NE(rasParse(b), "") << c.what;
+  }
+  std::vector<char> b = rasReply(4);
+  b.pop_back();
+  EXPECT_NE(rasParse(b), "") << "truncated";
+  b = rasReply(4);
+  b.push_back(0);
+  EXPECT_NE(rasParse(b), "") << "a byte past the length";
+  b = rasReply(4);
+  memset(b.data() + offsetof(struct mendRasHeader, host), 'x', MEND_RAS_HOST_LEN);
+  EXPECT_NE(rasParse(b), "") << "unterminated host name";
+}
