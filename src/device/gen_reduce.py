@@ -26,6 +26,8 @@ NARROW = ["F16"] + NARROW_V4
 # Loops written by hand: baseline ones in reduce_fp8.h (a 64 Ki-entry table of results), V4 ones in
 # reduce_x86_fp8.h.
 HAND = {(t, f) for t in ("E4m3", "E5m2") for f in ("redSum", "redProd", "redPreMulSum", "copyPreMul")}
+# V4 loops written by hand in reduce_x86_fp8.h on top of those (the baseline ones are generated).
+HAND_V4 = {(t, f) for t in ("E4m3", "E5m2") for f in ("redMax", "redMin")}
 SIMPLE = [("Sum", "MEND_RED_SUM"), ("Prod", "MEND_RED_PROD"), ("Max", "MEND_RED_MAX"), ("Min", "MEND_RED_MIN")]
 
 LOOP = "for (size_t i = 0; i < n; i++) "
@@ -40,7 +42,7 @@ def emit_type(t, enum, c, v=""):
     else:
         print(f"/* ---- {enum}, AVX-512 ---- */")
     for op, _ in SIMPLE:
-        if (t, "red" + op) not in HAND:
+        if (t, "red" + op) not in HAND and not (v and (t, "red" + op) in HAND_V4):
             print(f"{a}static void red{op}{t}{v}(RED_PARAMS) {{ RED_PTRS({u}); {LOOP}d[i] = mend{op}{t}(a[i], b[i]); }}")
     if (t, "redPreMulSum") not in HAND:
         print(f"{a}static void redPreMulSum{t}{v}(RED_PARAMS) {{\n  RED_PTRS({u});\n"

@@ -1,5 +1,5 @@
 /*
- * fp8 sum, product and PreMulSum with AVX-512 (x86-64), included by src/device/reduce.c where
+ * fp8 sum, product, PreMulSum, max and min with AVX-512 (x86-64), included by src/device/reduce.c where
  * MEND_RED_V4 is 1, after reduce_fp8.h (whose result tables serve the tails).  Thirty-two elements
  * at a time, through half precision:
  *   decode  e5m2 is the top byte of a half; e4m3's 7 magnitude bits shifted into a half's field
@@ -90,6 +90,26 @@ F8_INLINE struct f8x32 f8Mul(struct f8x32 x, struct f8x32 y, __m512 k) {
   }
 F8_V4_STEPS(E4m3, 7, 0x7e, 256.0f)
 F8_V4_STEPS(E5m2, 8, 0x7b, 1.0f)
+
+/* max: a where a > b or b is NaN, else b (min: a < b), compared in float, the operand's own bits
+ * kept (the floats of e4m3 are scaled by 2^-8: the order is the same). */
+#define F8_V4_SELECT(Name, Tag, cmp, sop)                                                       \
+  MEND_RED_V4_TARGET static void Name(RED_PARAMS) {                                             \
+    RED_PTRS(mendUFp8);                                                                         \
+    size_t i = 0;                                                                               \
+    for (; i + 32 <= n; i += 32) {                                                              \
+      __m256i va = F8_LOAD(a + i), vb = F8_LOAD(b + i);                                         \
+      struct f8x32 x = f8Decode##Tag(va), y = f8Decode##Tag(vb);                                \
+      __mmask16 lo = _mm512_cmp_ps_mask(x.lo, y.lo, cmp) | _mm512_cmp_ps_mask(y.lo, y.lo, _CMP_UNORD_Q); \
+      __mmask16 hi = _mm512_cmp_ps_mask(x.hi, y.hi, cmp) | _mm512_cmp_ps_mask(y.hi, y.hi, _CMP_UNORD_Q); \
+      F8_STORE(d + i, _mm256_mask_blend_epi8((__mmask32)lo | (__mmask32)hi << 16, vb, va));     \
+    }                                                                                           \
+    for (; i < n; i++) d[i] = sop(a[i], b[i]);                                                  \
+  }
+F8_V4_SELECT(redMaxE4m3V4, E4m3, _CMP_GT_OQ, mendMaxE4m3)
+F8_V4_SELECT(redMinE4m3V4, E4m3, _CMP_LT_OQ, mendMinE4m3)
+F8_V4_SELECT(redMaxE5m2V4, E5m2, _CMP_GT_OQ, mendMaxE5m2)
+F8_V4_SELECT(redMinE5m2V4, E5m2, _CMP_LT_OQ, mendMinE5m2)
 
 /* The loops of one format (FMT: its reduce_fp8.h table index).  Tails (n mod 32) read the tables. */
 #define F8_V4_LOOPS(Tag, FMT)                                                                   \
