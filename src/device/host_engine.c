@@ -106,6 +106,13 @@ static int sigCheck(const struct mendWork* w, const struct mendConnector* rc, co
 
 /* 1: executed (or nothing to do), 2: moved a signature slot only (the step stays), 0: blocked,
  * -1: error in *res. */
+/* The receiver no longer waits for peer's signature: the want words sigScan published go. */
+static void sigWantClear(struct mendWork* w, struct mendConnector* rc, int peer) {
+  if (!(w->st.sigDone >> (MEND_PROG_MAX_PEERS + peer) & 1)) return;
+  for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], 0);
+  w->st.sigDone &= ~(1u << (MEND_PROG_MAX_PEERS + peer));
+}
+
 static int tryStep(struct mendWork* w, ncclResult_t* res) {
   const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
   int seg = mendWalkSeg(&w->st.walk, w->prog);
@@ -140,10 +147,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       if (want == 0) { /* the signature came alone, the data follows */
         if (got != MEND_OPSIG_BYTES) return badBytes(w, rc, got, MEND_OPSIG_BYTES, res);
         w->st.sigDone |= 1u << s->recvPeer;
-        if (w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1) {
-          for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], 0);
-          w->st.sigDone &= ~(1u << (MEND_PROG_MAX_PEERS + s->recvPeer));
-        }
+        sigWantClear(w, rc, s->recvPeer);
         mendFifoStore(&rc->fifo->head, rHead + 1);
         ring(rc->peerBell);
         return 2;
@@ -179,10 +183,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   }
   if (rc) {
     if (rFirst) w->st.sigDone |= 1u << s->recvPeer;
-    if (w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1) { /* no longer waiting */
-      for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], 0);
-      w->st.sigDone &= ~(1u << (MEND_PROG_MAX_PEERS + s->recvPeer));
-    }
+    sigWantClear(w, rc, s->recvPeer); /* no longer waiting */
     mendFifoStore(&rc->fifo->head, rHead + 1);
     ring(rc->peerBell);
   }
