@@ -13,13 +13,21 @@
  *     DETECT_BOUND_S; ncclCommShrink with NCCL_SHRINK_ABORT gives N-1 ranks that work; a replacement
  *     process joins through ncclCommGrow and the job is back to N; exact results at every stage.
  *     Over shared memory and over sockets.
+ *   - a grown communicator is a full one (full): N ranks shrink without the last, which joins back
+ *     by Grow; on the grown communicator every collective is exact, it splits and shrinks, a revoke
+ *     stops an AllReduce the last rank never joins (within ABORT_BOUND_S) and the others shrink
+ *     the revoked communicator, and when the last rank aborts a split of it the others' AllReduce
+ *     fails within DETECT_BOUND_S and their abort is bounded too.  Over shared memory and sockets.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "mp_util.h"
 
 #define COUNT 1031         /* elements per rank and collective: odd, so no size is a round number */
 #define DETECT_BOUND_S 10.0 /* survivors see the lost rank within this */
+#define ABORT_BOUND_S 1.0   /* revoke and abort return, and stop what runs, within this */
 
 /* ------------------------------------------------------------ every collective, exact */
 
@@ -316,6 +324,124 @@ static void scRecover(int rank, int n, const char* dir) {
   free(buf);
 }
 
+/* ------------------------------------------------------------ a grown communicator is a full one */
+
+/* Every process of [0, n) reached `tag` (through files in dir, bounded). */
+static void fileBarrier(const char* dir, const char* tag, int rank, int n) {
+  ncclUniqueId z;
+  char name[64];
+  memset(&z, 0, sizeof(z));
+  snprintf(name, sizeof name, "%s%d", tag, rank);
+  mpPutId(dir, name, &z);
+  for (int r = 0; r < n; r++) {
+    snprintf(name, sizeof name, "%s%d", tag, r);
+    mpGetId(dir, name, &z, 60);
+  }
+}
+
+struct blocked {
+  ncclComm_t comm;  /* communicator the AllReduce runs on */
+  int32_t* buf;     /* its buffer */
+  ncclResult_t res; /* what it returned */
+  double doneAt;    /* when */
+  _Atomic int done; /* it returned (res and doneAt written before) */
+};
+
+static void* blockedMain(void* p) {
+  struct blocked* b = p;
+  b->res = ncclAllReduce(b->buf, b->buf, COUNT, ncclInt32, ncclSum, b->comm, NULL);
+  b->doneAt = mtNow();
+  atomic_store(&b->done, 1);
+  return NULL;
+}
+
+/* Ranks below the last start an AllReduce on the grown communicator that the last never joins; their
+ * revoke stops it in time, new work is refused, and they shrink the revoked communicator without the
+ * last rank, which destroys its own revoked copy once they are done. */
+static void revokeGrown(ncclComm_t grown, int rank, int n, const char* dir) {
+  int last = n - 1;
+  if (rank == last) {
+    CKOK(ncclCommRevoke(grown, NCCL_REVOKE_DEFAULT));
+    fileBarrier(dir, "revoked", rank, n);
+    ncclResult_t r = ncclCommDestroy(grown);
+    CK(r == ncclSuccess || r == ncclRemoteError);
+    return;
+  }
+  struct blocked b = {.comm = grown, .buf = ints(COUNT)};
+  pthread_t th;
+  CK(pthread_create(&th, NULL, blockedMain, &b) == 0);
+  usleep(300 * 1000);
+  CK(!atomic_load(&b.done));
+  double t0 = mtNow();
+  CKOK(ncclCommRevoke(grown, NCCL_REVOKE_DEFAULT));
+  CK(mtNow() - t0 < ABORT_BOUND_S);
+  while (!atomic_load(&b.done) && mtNow() - t0 < 5.0) usleep(1000);
+  CK(atomic_load(&b.done) && b.res != ncclSuccess && b.doneAt - t0 < ABORT_BOUND_S);
+  CK(pthread_join(th, NULL) == 0);
+  CK(ncclAllReduce(b.buf, b.buf, COUNT, ncclInt32, ncclSum, grown, NULL) != ncclSuccess);
+  int excl[1] = {last};
+  ncclComm_t less = NULL;
+  CKOK(ncclCommShrink(grown, excl, 1, &less, NULL, NCCL_SHRINK_DEFAULT));
+  checkColls(less, n - 1, rank);
+  CKOK(ncclCommDestroy(less));
+  fileBarrier(dir, "revoked", rank, n);
+  ncclResult_t r = ncclCommDestroy(grown);
+  CK(r == ncclSuccess || r == ncclRemoteError);
+  free(b.buf);
+}
+
+/* The last rank aborts `dup` (a split of the grown communicator) while the others wait in an
+ * AllReduce on it: theirs fails within DETECT_BOUND_S, and their own abort is bounded. */
+static void abortDup(ncclComm_t dup, int rank, int n) {
+  double t0;
+  if (rank == n - 1) {
+    usleep(300 * 1000);
+    t0 = mtNow();
+    CKOK(ncclCommAbort(dup));
+    CK(mtNow() - t0 < ABORT_BOUND_S);
+    return;
+  }
+  int32_t* buf = ints(COUNT);
+  t0 = mtNow();
+  ncclResult_t r = ncclAllReduce(buf, buf, COUNT, ncclInt32, ncclSum, dup, NULL);
+  double took = mtNow() - t0;
+  if (r == ncclSuccess || took > DETECT_BOUND_S) {
+    fprintf(stderr, "rank %d: AllReduce beside an aborted rank returned %d after %.3f s\n", rank, r, took);
+    exit(1);
+  }
+  t0 = mtNow();
+  CKOK(ncclCommAbort(dup));
+  CK(mtNow() - t0 < ABORT_BOUND_S);
+  free(buf);
+}
+
+/* n ranks shrink without the last (NCCL_SHRINK_DEFAULT), which joins back through Grow; the grown
+ * communicator then does everything a communicator does. */
+static void scFull(int rank, int n, const char* dir) {
+  int last = n - 1;
+  ncclComm_t comm = initOld(rank, n, dir), shrunk = NULL, grown = NULL, dup = NULL;
+  ncclUniqueId id;
+  if (rank != last) {
+    int excl[1] = {last};
+    CKOK(ncclCommShrink(comm, excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
+    checkColls(shrunk, n - 1, rank);
+    if (rank == 0) publishGrowId(shrunk, dir, &id);
+    CKOK(ncclCommGrow(shrunk, n, NULL, -1, &grown, NULL));
+  } else {
+    mpGetId(dir, "grow", &id, 60);
+    CKOK(ncclCommGrow(NULL, n, &id, last, &grown, NULL));
+  }
+  useGrown(grown, n, rank); /* every collective, a split, a shrink */
+  CKOK(ncclCommSplit(grown, 0, rank, &dup, NULL));
+  checkColls(dup, n, rank);
+  revokeGrown(grown, rank, n, dir);
+  abortDup(dup, rank, n);
+  if (shrunk) checkColls(shrunk, n - 1, rank); /* what the grown one came from still works */
+  fileBarrier(dir, "end", rank, n);
+  if (shrunk) CKOK(ncclCommDestroy(shrunk));
+  CKOK(ncclCommDestroy(comm));
+}
+
 static int child(char** argv) {
   struct mpChild c = mpChildStart(argv, 150);
   const char *sc = c.scenario, *dir = c.arg;
@@ -329,6 +455,7 @@ static int child(char** argv) {
   else if (strcmp(name, "bad_id") == 0) scBadId(rank, n, oldN, dir);
   else if (strcmp(name, "id_rules") == 0) scIdRules(rank, n, dir);
   else if (strcmp(name, "recover") == 0) scRecover(rank, n, dir);
+  else if (strcmp(name, "full") == 0) scFull(rank, n, dir);
   else {
     fprintf(stderr, "unknown scenario %s\n", sc);
     return 2;
@@ -356,5 +483,7 @@ int main(int argc, char** argv) {
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
   run("grow_recover_4_shm", "recover:4", 5, NULL, 150, 1u << 1);
   run("grow_recover_4_sockets", "recover:4", 5, net, 150, 1u << 1);
+  run("grow_full_shm", "full:4", 4, NULL, 120, 0);
+  run("grow_full_sockets", "full:4", 4, net, 120, 0);
   return mtExitCode();
 }
