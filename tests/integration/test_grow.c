@@ -18,6 +18,9 @@
  *     stops an AllReduce the last rank never joins (within ABORT_BOUND_S) and the others shrink
  *     the revoked communicator, and when the last rank aborts a split of it the others' AllReduce
  *     fails within DETECT_BOUND_S and their abort is bounded too.  Over shared memory and sockets.
+ * `test_grow --testbed-repair DIR` is one rank of tests/testbed/test_grow_repair.sh (not run alone):
+ * RANK and WORLD_SIZE from the testbed; the last rank grows in, then AllReduces run in a loop while
+ * the script cuts a NIC link (see tbRepair).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -442,6 +445,73 @@ static void scFull(int rank, int n, const char* dir) {
   CKOK(ncclCommDestroy(comm));
 }
 
+/* ------------------------------------------------------------ testbed: hot repair on a grown one */
+
+#define TB_COUNT (1 << 20) /* 4 MiB per AllReduce: a link cut lands inside one on 1 Gbit rails */
+#define TB_AFTER_S 3.0     /* the loop goes on this long after the cut (and 5 AllReduces at least) */
+#define TB_WATCHDOG_S 100  /* a rank never outlives this */
+
+static int tbFlag(const char* dir, const char* name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* AllReduces on `comm`, each checked element by element, until rank 0 (which has seen dir/faulted
+ * for TB_AFTER_S) says stop; rank 0 marks dir/looping once the loop runs. */
+static void tbLoop(ncclComm_t comm, int rank, int n, const char* dir) {
+  int32_t* buf = ints(TB_COUNT);
+  int32_t stop = 0, tri = 3 * n * (n + 1) / 2;
+  long it = 0, after = 0;
+  double faultAt = 0;
+  ncclUniqueId z;
+  memset(&z, 0, sizeof(z));
+  for (; !stop; it++) {
+    for (size_t i = 0; i < TB_COUNT; i++) buf[i] = val(rank, (int)(i + it));
+    CKOK(ncclAllReduce(buf, buf, TB_COUNT, ncclInt32, ncclSum, comm, NULL));
+    for (size_t i = 0; i < TB_COUNT; i++) CK(buf[i] == tri + n * (int32_t)((i + it) % 11));
+    if (rank == 0) {
+      if (it == 2) mpPutId(dir, "looping", &z);
+      if (faultAt == 0 && tbFlag(dir, "faulted")) faultAt = mtNow();
+      after += faultAt > 0;
+      stop = faultAt > 0 && after >= 5 && mtNow() - faultAt >= TB_AFTER_S;
+    }
+    CKOK(ncclBroadcast(&stop, &stop, 1, ncclInt32, 0, comm, NULL));
+  }
+  if (rank == 0) printf("grow_repair: %ld AllReduces exact on %d ranks, %ld after the cut\n", it, n, after);
+  free(buf);
+}
+
+/* One testbed rank: ranks below WORLD_SIZE - 1 make a communicator, the last joins by Grow, and the
+ * grown communicator runs every collective, then the AllReduce loop. */
+static int tbRepair(const char* dir) {
+  const char *re = getenv("RANK"), *ws = getenv("WORLD_SIZE");
+  int rank = re ? atoi(re) : -1, n = ws ? atoi(ws) : 0;
+  if (rank < 0 || n < 3 || n > MP_MAX_RANKS || rank >= n) {
+    fprintf(stderr, "test_grow --testbed-repair: RANK (%s) and WORLD_SIZE (%s) must be set, 3 <= WORLD_SIZE <= %d\n",
+            re ? re : "unset", ws ? ws : "unset", MP_MAX_RANKS);
+    return 2;
+  }
+  mpChildSetup(rank, TB_WATCHDOG_S);
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  ncclComm_t old = NULL, grown = NULL;
+  ncclUniqueId id;
+  if (rank < n - 1) {
+    old = initOld(rank, n - 1, dir);
+    if (rank == 0) publishGrowId(old, dir, &id);
+    CKOK(ncclCommGrow(old, n, NULL, -1, &grown, NULL));
+  } else {
+    mpGetId(dir, "grow", &id, 60);
+    CKOK(ncclCommGrow(NULL, n, &id, rank, &grown, NULL));
+  }
+  checkColls(grown, n, rank);
+  tbLoop(grown, rank, n, dir);
+  checkColls(grown, n, rank); /* after the repair, every collective again */
+  CKOK(ncclCommDestroy(grown));
+  if (old) CKOK(ncclCommDestroy(old));
+  return 0;
+}
+
 static int child(char** argv) {
   struct mpChild c = mpChildStart(argv, 150);
   const char *sc = c.scenario, *dir = c.arg;
@@ -471,6 +541,7 @@ static void run(const char* name, const char* sc, int n, const char* const* env,
 
 int main(int argc, char** argv) {
   if (mpIsChild(argc, argv)) return child(argv);
+  if (argc == 3 && strcmp(argv[1], "--testbed-repair") == 0) return tbRepair(argv[2]);
   only = argc > 1 ? argv[1] : NULL;
   if (!mtStart("grow", 900)) return mtExitCode();
   run("grow_blocking_2_to_3", "blocking:2", 3, NULL, 120, 0);
