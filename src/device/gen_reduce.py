@@ -27,7 +27,8 @@ NARROW = ["F16"] + NARROW_V4
 # reduce_x86_fp8.h.
 HAND = {(t, f) for t in ("E4m3", "E5m2") for f in ("redSum", "redProd", "redPreMulSum", "copyPreMul")}
 # V4 loops written by hand in reduce_x86_fp8.h on top of those (the baseline ones are generated).
-HAND_V4 = {(t, f) for t in ("E4m3", "E5m2") for f in ("redMax", "redMin")}
+HAND_V4 = {(t, f) for t in ("E4m3", "E5m2") for f in ("redMax", "redMin")} | {
+    ("Bf16", f) for f in ("redSum", "redProd", "redPreMulSum", "copyPreMul")}  # reduce_x86_bf16.h
 SIMPLE = [("Sum", "MEND_RED_SUM"), ("Prod", "MEND_RED_PROD"), ("Max", "MEND_RED_MAX"), ("Min", "MEND_RED_MIN")]
 
 LOOP = "for (size_t i = 0; i < n; i++) "
@@ -44,7 +45,7 @@ def emit_type(t, enum, c, v=""):
     for op, _ in SIMPLE:
         if (t, "red" + op) not in HAND and not (v and (t, "red" + op) in HAND_V4):
             print(f"{a}static void red{op}{t}{v}(RED_PARAMS) {{ RED_PTRS({u}); {LOOP}d[i] = mend{op}{t}(a[i], b[i]); }}")
-    if (t, "redPreMulSum") not in HAND:
+    if (t, "redPreMulSum") not in HAND and not (v and (t, "redPreMulSum") in HAND_V4):
         print(f"{a}static void redPreMulSum{t}{v}(RED_PARAMS) {{\n  RED_PTRS({u});\n"
               f"  if (!(flags & MEND_RED_PREOP)) {{ {LOOP}d[i] = mendSum{t}(a[i], b[i]); return; }}\n"
               f"  {c} s; redScalar(op, &s, sizeof s);\n"
@@ -54,7 +55,7 @@ def emit_type(t, enum, c, v=""):
           f"  {LOOP}d[i] = mendDiv{t}(mendSum{t}(a[i], b[i]), (uint32_t)op->nRanks);\n}}")
     if not v:
         print(f"static void copyPlain{t}(COPY_PARAMS) {{ copyPlain(dst, x, n * sizeof({c})); }}")
-    if (t, "copyPreMul") not in HAND:
+    if (t, "copyPreMul") not in HAND and not (v and (t, "copyPreMul") in HAND_V4):
         print(f"{a}static void copyPreMul{t}{v}(COPY_PARAMS) {{\n  COPY_PTRS({u});\n"
               f"  if (!(flags & MEND_RED_PREOP)) {{ copyPlain(dst, x, n * sizeof({c})); return; }}\n"
               f"  {c} s; redScalar(op, &s, sizeof s);\n"

@@ -45,6 +45,7 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
 #include "device/reduce_fp8.h"
 #if MEND_RED_V4
 #include "device/reduce_x86_fp8.h"
+#include "device/reduce_x86_bf16.h"
 #endif
 #include "device/gen_reduce.h"
 
