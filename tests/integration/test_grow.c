@@ -14,7 +14,8 @@
  *     process joins through ncclCommGrow and the job is back to N; exact results at every stage.
  *     Over shared memory and over sockets.
  *   - a grown communicator is a full one (full): N ranks shrink without the last, which joins back
- *     by Grow; on the grown communicator every collective is exact, it splits and shrinks, a revoke
+ *     by Grow; on the grown communicator every collective is exact, it splits, shrinks and grows
+ *     again (by one more process, the grown-in rank coordinating), a revoke
  *     stops an AllReduce the last rank never joins (within ABORT_BOUND_S) and the others shrink
  *     the revoked communicator, and when the last rank aborts a split of it the others' AllReduce
  *     fails within DETECT_BOUND_S and their abort is bounded too.  Over shared memory and sockets.
@@ -418,29 +419,52 @@ static void abortDup(ncclComm_t dup, int rank, int n) {
   free(buf);
 }
 
-/* n ranks shrink without the last (NCCL_SHRINK_DEFAULT), which joins back through Grow; the grown
- * communicator then does everything a communicator does. */
+/* The grown communicator grows again, by the extra process (number N): every collective on N + 1. */
+static void growAgain(ncclComm_t grown, int rank, int N, const char* dir) {
+  ncclUniqueId id;
+  ncclComm_t again = NULL;
+  if (rank == N) {
+    mpGetId(dir, "grow2", &id, 60);
+    CKOK(ncclCommGrow(NULL, N + 1, &id, N, &again, NULL));
+  } else {
+    if (rank == N - 1) { /* the grown-in rank coordinates this time */
+      CKOK(ncclCommGetUniqueId(grown, &id));
+      mpPutId(dir, "grow2", &id);
+    }
+    CKOK(ncclCommGrow(grown, N + 1, NULL, -1, &again, NULL));
+  }
+  checkColls(again, N + 1, rank);
+  CKOK(ncclCommDestroy(again));
+}
+
+/* N = n - 1 ranks shrink without the last (NCCL_SHRINK_DEFAULT), which joins back through Grow; the
+ * grown communicator then does everything a communicator does, growing again by process N too. */
 static void scFull(int rank, int n, const char* dir) {
-  int last = n - 1;
-  ncclComm_t comm = initOld(rank, n, dir), shrunk = NULL, grown = NULL, dup = NULL;
+  int N = n - 1, last = N - 1;
+  if (rank == N) { /* the extra process: only in the second grow */
+    growAgain(NULL, rank, N, dir);
+    return;
+  }
+  ncclComm_t comm = initOld(rank, N, dir), shrunk = NULL, grown = NULL, dup = NULL;
   ncclUniqueId id;
   if (rank != last) {
     int excl[1] = {last};
     CKOK(ncclCommShrink(comm, excl, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
-    checkColls(shrunk, n - 1, rank);
+    checkColls(shrunk, N - 1, rank);
     if (rank == 0) publishGrowId(shrunk, dir, &id);
-    CKOK(ncclCommGrow(shrunk, n, NULL, -1, &grown, NULL));
+    CKOK(ncclCommGrow(shrunk, N, NULL, -1, &grown, NULL));
   } else {
     mpGetId(dir, "grow", &id, 60);
-    CKOK(ncclCommGrow(NULL, n, &id, last, &grown, NULL));
+    CKOK(ncclCommGrow(NULL, N, &id, last, &grown, NULL));
   }
-  useGrown(grown, n, rank); /* every collective, a split, a shrink */
+  useGrown(grown, N, rank); /* every collective, a split, a shrink */
+  growAgain(grown, rank, N, dir);
   CKOK(ncclCommSplit(grown, 0, rank, &dup, NULL));
-  checkColls(dup, n, rank);
-  revokeGrown(grown, rank, n, dir);
-  abortDup(dup, rank, n);
-  if (shrunk) checkColls(shrunk, n - 1, rank); /* what the grown one came from still works */
-  fileBarrier(dir, "end", rank, n);
+  checkColls(dup, N, rank);
+  revokeGrown(grown, rank, N, dir);
+  abortDup(dup, rank, N);
+  if (shrunk) checkColls(shrunk, N - 1, rank); /* what the grown one came from still works */
+  fileBarrier(dir, "end", rank, N);
   if (shrunk) CKOK(ncclCommDestroy(shrunk));
   CKOK(ncclCommDestroy(comm));
 }
@@ -554,7 +578,7 @@ int main(int argc, char** argv) {
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
   run("grow_recover_4_shm", "recover:4", 5, NULL, 150, 1u << 1);
   run("grow_recover_4_sockets", "recover:4", 5, net, 150, 1u << 1);
-  run("grow_full_shm", "full:4", 4, NULL, 120, 0);
-  run("grow_full_sockets", "full:4", 4, net, 120, 0);
+  run("grow_full_shm", "full:4", 5, NULL, 120, 0);
+  run("grow_full_sockets", "full:4", 5, net, 120, 0);
   return mtExitCode();
 }
