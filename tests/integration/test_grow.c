@@ -15,10 +15,11 @@
  *     Over shared memory and over sockets.
  *   - a grown communicator is a full one (full): N ranks shrink without the last, which joins back
  *     by Grow; on the grown communicator every collective is exact, it splits, shrinks and grows
- *     again (by one more process, the grown-in rank coordinating), a revoke
- *     stops an AllReduce the last rank never joins (within ABORT_BOUND_S) and the others shrink
- *     the revoked communicator, and when the last rank aborts a split of it the others' AllReduce
- *     fails within DETECT_BOUND_S and their abort is bounded too.  Over shared memory and sockets.
+ *     again (by one more process, the grown-in rank coordinating); when the extra process aborts
+ *     the twice-grown communicator, the others' AllReduce on it fails within DETECT_BOUND_S and
+ *     their abort is bounded too; a revoke of the grown one stops an AllReduce that the last rank
+ *     never joins (within ABORT_BOUND_S), new work is refused, and the others shrink the revoked
+ *     communicator.  Over shared memory and sockets.
  * `test_grow --testbed-repair DIR` is one rank of tests/testbed/test_grow_repair.sh (not run alone):
  * RANK and WORLD_SIZE from the testbed; the last rank grows in, then AllReduces run in a loop while
  * the script cuts a NIC link (see tbRepair).
@@ -394,32 +395,33 @@ static void revokeGrown(ncclComm_t grown, int rank, int n, const char* dir) {
   free(b.buf);
 }
 
-/* The last rank aborts `dup` (a split of the grown communicator) while the others wait in an
- * AllReduce on it: theirs fails within DETECT_BOUND_S, and their own abort is bounded. */
-static void abortDup(ncclComm_t dup, int rank, int n) {
+/* The last rank aborts `comm` while the others wait in an AllReduce on it: theirs fails within
+ * DETECT_BOUND_S, and their own abort is bounded. */
+static void abortLast(ncclComm_t comm, int rank, int n) {
   double t0;
   if (rank == n - 1) {
     usleep(300 * 1000);
     t0 = mtNow();
-    CKOK(ncclCommAbort(dup));
+    CKOK(ncclCommAbort(comm));
     CK(mtNow() - t0 < ABORT_BOUND_S);
     return;
   }
   int32_t* buf = ints(COUNT);
   t0 = mtNow();
-  ncclResult_t r = ncclAllReduce(buf, buf, COUNT, ncclInt32, ncclSum, dup, NULL);
+  ncclResult_t r = ncclAllReduce(buf, buf, COUNT, ncclInt32, ncclSum, comm, NULL);
   double took = mtNow() - t0;
   if (r == ncclSuccess || took > DETECT_BOUND_S) {
     fprintf(stderr, "rank %d: AllReduce beside an aborted rank returned %d after %.3f s\n", rank, r, took);
     exit(1);
   }
   t0 = mtNow();
-  CKOK(ncclCommAbort(dup));
+  CKOK(ncclCommAbort(comm));
   CK(mtNow() - t0 < ABORT_BOUND_S);
   free(buf);
 }
 
-/* The grown communicator grows again, by the extra process (number N): every collective on N + 1. */
+/* The grown communicator grows again, by the extra process (number N): every collective on N + 1;
+ * then the extra process aborts this twice-grown communicator under the others' AllReduce. */
 static void growAgain(ncclComm_t grown, int rank, int N, const char* dir) {
   ncclUniqueId id;
   ncclComm_t again = NULL;
@@ -434,7 +436,7 @@ static void growAgain(ncclComm_t grown, int rank, int N, const char* dir) {
     CKOK(ncclCommGrow(grown, N + 1, NULL, -1, &again, NULL));
   }
   checkColls(again, N + 1, rank);
-  CKOK(ncclCommDestroy(again));
+  abortLast(again, rank, N + 1);
 }
 
 /* N = n - 1 ranks shrink without the last (NCCL_SHRINK_DEFAULT), which joins back through Grow; the
@@ -445,7 +447,7 @@ static void scFull(int rank, int n, const char* dir) {
     growAgain(NULL, rank, N, dir);
     return;
   }
-  ncclComm_t comm = initOld(rank, N, dir), shrunk = NULL, grown = NULL, dup = NULL;
+  ncclComm_t comm = initOld(rank, N, dir), shrunk = NULL, grown = NULL;
   ncclUniqueId id;
   if (rank != last) {
     int excl[1] = {last};
@@ -458,11 +460,9 @@ static void scFull(int rank, int n, const char* dir) {
     CKOK(ncclCommGrow(NULL, N, &id, last, &grown, NULL));
   }
   useGrown(grown, N, rank); /* every collective, a split, a shrink */
-  growAgain(grown, rank, N, dir);
-  CKOK(ncclCommSplit(grown, 0, rank, &dup, NULL));
-  checkColls(dup, N, rank);
+  growAgain(grown, rank, N, dir); /* and an abort of what that makes */
+  checkColls(grown, N, rank);
   revokeGrown(grown, rank, N, dir);
-  abortDup(dup, rank, N);
   if (shrunk) checkColls(shrunk, N - 1, rank); /* what the grown one came from still works */
   fileBarrier(dir, "end", rank, N);
   if (shrunk) CKOK(ncclCommDestroy(shrunk));
