@@ -14,6 +14,7 @@
 #include "comm.h"
 #include "device/opsig.h"
 #include "enqueue/plan_cache.h"
+#include "enqueue/tuning_cache.h"
 #include "enqueue/planview.h"
 #include "misc/param.h"
 #include "misc/utils.h"
@@ -60,6 +61,7 @@ void mendPlannerFree(struct ncclComm* comm) {
   if (comm == NULL || comm->planner == NULL) return;
   if (comm->planner->tuner) mendTunerClose(comm->planner->tuner);
   mendPlanCacheFree(comm->planner->cache);
+  mendTuneCacheFree(comm->planner->tuneCache);
   mendPlannerViewsFree(comm->planner);
   free(comm->planner);
   comm->planner = NULL;

@@ -29,6 +29,7 @@ struct mendTuner;
 struct mendPlanView;
 struct mendPlannerViews;
 struct mendPlanCache;
+struct mendTuneCache;
 
 /* One call of the API, as queued by the group until ncclGroupEnd. */
 struct mendOp {
@@ -65,6 +66,7 @@ struct mendPlanner {
   struct mendPlanView* view;         /* plan view in force (planview.h), NULL until set or first use */
   struct mendPlannerViews* views;    /* base view, pending views, agreement hold (planview.c), NULL until used */
   struct mendPlanCache* cache;       /* plans kept for reuse (plan_cache.h), NULL until used */
+  struct mendTuneCache* tuneCache;   /* AllReduce choices kept per view (tuning_cache.h), NULL until used */
 };
 
 /* Per-op choice (tuning.c). */

@@ -21,6 +21,7 @@
  */
 #include "enqueue/tuning.h"
 #include "enqueue/calib.h"
+#include "enqueue/tuning_cache.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -324,24 +325,6 @@ int mendReplanParam(void) {
   return MEND_REPLAN_AUTO;
 }
 
-static int capOf(const struct mendPlanView* v, int r) {
-  int c = v->rankCap[r];
-  return c < 1 ? 1 : (c > 1000 ? 1000 : c);
-}
-
-/* Share of its line rate the busiest NIC of rank r gives a plan that ignores capacities: the
- * channels of its lost NICs ride the nearest usable NIC, which then carries 1 + lost shares. */
-static double backupRate(const struct mendPlanView* v, int r) {
-  double cap = capOf(v, r) / 1000.0;
-  uint32_t m = v->rankNics[r];
-  int u = 0;
-  for (uint32_t x = m; x; x &= x - 1) u++;
-  if (cap >= 1.0 || m == ~0u || u == 0) return cap;
-  int all = (int)(u / cap + 0.5);
-  double f = 1.0 / (all > u ? all - u + 1 : 1);
-  return f < cap ? f : cap;
-}
-
 static void logChoice(const struct mendReplanChoice* c, size_t nBytes, int forced) {
   char lv[256] = "";
   size_t at = 0;
@@ -375,32 +358,20 @@ static void r2Shape(struct ncclComm* comm, size_t nBytes, int nCh, struct mendRe
   c->chunkBytes = forced > 0 ? (size_t)forced : (chunk < slot ? chunk : slot);
 }
 
-ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, const struct mendPlanView* view,
-                               size_t nBytes, struct mendReplanChoice* c) {
-  memset(c, 0, sizeof(*c));
-  for (int r = 0; r < MEND_NREPLANS; r++) c->costUs[r] = -1;
-  int forced = mendReplanParam(), n = comm->nRanks, degraded = 0;
-  for (int r = 0; view != NULL && view->rankCap != NULL && r < n && r < view->nRanks; r++) degraded |= view->rankCap[r] != 1000;
-  c->replan = forced == MEND_REPLAN_BACKUP ? MEND_REPLAN_BACKUP : MEND_REPLAN_BALANCE;
-  if (n <= 1 || view == NULL || view->nRanks != n || (!degraded && forced <= MEND_REPLAN_BALANCE)) return ncclSuccess;
-  if (!pl->masksParsed) parseMasks(pl);
-  int kind = worstKind(comm, pl), nCh = channelsFor(comm, nBytes, kind);
+/* The choice for the inputs of `key` under a view summarised as `sum` (the uncached path). */
+static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum* sum, const struct mendTuneKey* key,
+                            struct mendReplanChoice* c) {
+  int n = key->nRanks, kind = key->kind, nCh = key->nChannels, forced = key->forced;
+  size_t nBytes = key->nBytes;
   struct mendCostIn in = {.func = MEND_FUNC_ALLREDUCE, .nBytes = nBytes, .nRanks = n, .kind = kind, .nChannels = nCh};
   struct mendCostIn in0 = in;
   in0.nBytes = 0;
-  uint32_t algos = pl->algoMask[MEND_FUNC_ALLREDUCE];
-  if (!(algos & ((1u << MEND_ALGO_RING) | (1u << MEND_ALGO_TREE)))) algos = 1u << MEND_ALGO_RING;
-  double cmin = 1.0, bmin = 1.0;
-  for (int r = 0; r < n; r++) {
-    if (capOf(view, r) / 1000.0 < cmin) cmin = capOf(view, r) / 1000.0;
-    if (backupRate(view, r) < bmin) bmin = backupRate(view, r);
-  }
   for (int a = 0; a < 2; a++) {
-    if (!(algos & (1u << a))) continue;
+    if (!(key->algos & (1u << a))) continue;
     /* R2's model (tuning_r2.c) has no reduction term: leave it out here too, so the candidates
      * compare like with like (and it does not scale with a NIC's capacity). */
     double full = mendTuneCostUs(&in, a) - reduceUs(&in, a), lat = mendTuneCostUs(&in0, a);
-    double bal = lat + (full - lat) / cmin, bak = lat + (full - lat) / bmin;
+    double bal = lat + (full - lat) / sum->cmin, bak = lat + (full - lat) / sum->bmin;
     if (c->costUs[MEND_REPLAN_BALANCE] < 0 || bal < c->costUs[MEND_REPLAN_BALANCE]) c->costUs[MEND_REPLAN_BALANCE] = bal;
     if (c->costUs[MEND_REPLAN_BACKUP] < 0 || bak < c->costUs[MEND_REPLAN_BACKUP]) c->costUs[MEND_REPLAN_BACKUP] = bak;
   }
@@ -408,12 +379,12 @@ ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, co
    * host's, and the choice must be every rank's). */
   const struct mendKindCost* k = kindCost(kind);
   double bw = nCh * k->bwChannel < k->bwMax ? nCh * k->bwChannel : k->bwMax;
-  struct mendR2ModelIn m = {.nRanks = n, .rankCap = view->rankCap, .nBytes = (double)nBytes, .alphaUs = k->alphaUs,
+  struct mendR2ModelIn m = {.nRanks = n, .rankCap = sum->rankCap, .nBytes = (double)nBytes, .alphaUs = k->alphaUs,
                             .bytesPerUs = bw * 1e3};
   struct mendR2Split r2, rec;
-  int ringOk = (algos >> MEND_ALGO_RING) & 1;
-  int r2Ok = ringOk && mendR2BestSplit(&m, 1, 1, &r2);
-  int recOk = ringOk && mendR2BestSplit(&m, 2, MEND_R2_MAX_LEVELS - 1, &rec);
+  int ringOk = (key->algos >> MEND_ALGO_RING) & 1;
+  int r2Ok = ringOk && mendR2BestSplitCaps(&m, &sum->caps, 1, 1, &r2);
+  int recOk = ringOk && mendR2BestSplitCaps(&m, &sum->caps, 2, MEND_R2_MAX_LEVELS - 1, &rec);
   if (r2Ok) c->costUs[MEND_REPLAN_R2] = r2.estUs;
   if (recOk) c->costUs[MEND_REPLAN_RECURSIVE] = rec.estUs;
   int pick = forced;
@@ -431,6 +402,48 @@ ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, co
   if (pick == MEND_REPLAN_R2) c->split = r2;
   if (pick == MEND_REPLAN_RECURSIVE) c->split = rec;
   if (pick >= MEND_REPLAN_R2) r2Shape(comm, nBytes, nCh, c);
+}
+
+/* Every input of the choice besides the view (tuning_cache.h). */
+static void keyOf(struct ncclComm* comm, struct mendPlanner* pl, size_t nBytes, int forced, struct mendTuneKey* key) {
+  memset(key, 0, sizeof(*key));
+  key->nBytes = nBytes;
+  key->forced = forced;
+  key->nRanks = comm->nRanks;
+  key->kind = worstKind(comm, pl);
+  key->nChannels = channelsFor(comm, nBytes, key->kind);
+  key->commChannels = comm->nChannels;
+  key->algos = pl->algoMask[MEND_FUNC_ALLREDUCE] & ((1u << MEND_ALGO_RING) | (1u << MEND_ALGO_TREE));
+  if (key->algos == 0) key->algos = 1u << MEND_ALGO_RING;
+  key->maxChannels = mendParamMaxNchannels();
+  key->chunkParam = mendParamChunksize();
+  key->slotBytes = (size_t)(mendParamBuffsize() > 0 ? mendParamBuffsize() : 4194304) / MEND_FIFO_SLOTS;
+}
+
+ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, const struct mendPlanView* view,
+                               size_t nBytes, struct mendReplanChoice* c) {
+  memset(c, 0, sizeof(*c));
+  for (int r = 0; r < MEND_NREPLANS; r++) c->costUs[r] = -1;
+  int forced = mendReplanParam(), n = comm->nRanks;
+  c->replan = forced == MEND_REPLAN_BACKUP ? MEND_REPLAN_BACKUP : MEND_REPLAN_BALANCE;
+  if (n <= 1 || view == NULL || view->nRanks != n || view->rankCap == NULL || view->rankNics == NULL)
+    return ncclSuccess;
+  struct mendTuneViewSum fresh;
+  const struct mendTuneViewSum* sum;
+  memset(&fresh, 0, sizeof(fresh));
+  MENDCHECK(mendTuneCacheView(pl, view, &fresh, &sum));
+  if (!sum->degraded && forced <= MEND_REPLAN_BALANCE) {
+    mendTuneViewSumFree(&fresh);
+    return ncclSuccess;
+  }
+  if (!pl->masksParsed) parseMasks(pl);
+  struct mendTuneKey key;
+  keyOf(comm, pl, nBytes, forced, &key);
+  if (!mendTuneCacheFind(pl, &key, c)) {
+    chooseAllReduce(comm, sum, &key, c);
+    mendTuneCacheAdd(pl, &key, c);
+  }
+  mendTuneViewSumFree(&fresh);
   logChoice(c, nBytes, forced != MEND_REPLAN_AUTO);
   return ncclSuccess;
 }

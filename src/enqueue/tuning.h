@@ -101,6 +101,21 @@ double mendR2CostUs(const struct mendR2ModelIn* in, const struct mendR2Split* sp
  * Y* = aX / (aX + b(1-X))).  A level needs 1 <= outer ranks <= MEND_R2_MAX_FANOUT x members.
  * Returns 0 (and the 1-level split, the plain ring) when no set applies. */
 int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxPartial, struct mendR2Split* out);
+/* The ranks' capacities summarised for the split search: distinct values and how many ranks reach
+ * each, computed once per plan view (tuning_cache.c) so that a choice costs O(distinct capacities),
+ * not O(ranks log ranks). */
+struct mendR2Caps {
+  int nRanks;    /* ranks summarised */
+  int nDistinct; /* distinct capacities (0: none summarised) */
+  int* cap;      /* [nDistinct] ascending distinct capacities, values below 1 counted as 1 */
+  int* atLeast;  /* [nDistinct] ranks whose capacity is >= cap[i] */
+};
+/* Summarise nRanks capacities (sorts a copy: O(n log n)); free with mendR2CapsFree. */
+ncclResult_t mendR2CapsOf(const int* rankCap, int nRanks, struct mendR2Caps* caps);
+void mendR2CapsFree(struct mendR2Caps* caps);
+/* mendR2BestSplit on a summary of in->rankCap (in->rankCap is not read): the same split. */
+int mendR2BestSplitCaps(const struct mendR2ModelIn* in, const struct mendR2Caps* caps, int minPartial,
+                        int maxPartial, struct mendR2Split* out);
 /* R2CCL's threshold: with one degraded rank of N, R2 beats the ring when the lost fraction X of its
  * bandwidth exceeds N / (3N - 2) (the paper's ng / (3ng - 2), appendix A). */
 double mendR2PaperThreshold(int nRanks);

@@ -60,49 +60,67 @@ static int cmpInt(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-/* The distinct capacities above the slowest (ascending), at most MEND_R2_MAX_CANDIDATES: when there
- * are more, those with the largest step above the next lower capacity (ties: the lower one). */
-static int candidates(const struct mendR2ModelIn* in, int* minCap, int cand[MEND_R2_MAX_CANDIDATES]) {
-  int* caps = malloc(sizeof(int) * (size_t)in->nRanks);
-  if (caps == NULL) return -1;
-  for (int r = 0; r < in->nRanks; r++) caps[r] = in->rankCap[r] < 1 ? 1 : in->rankCap[r];
-  qsort(caps, (size_t)in->nRanks, sizeof(int), cmpInt);
-  *minCap = caps[0];
-  int nd = 0;
-  for (int r = 1; r < in->nRanks; r++) {
-    if (caps[r] != caps[r - 1]) caps[nd++] = caps[r]; /* distinct values above the minimum */
-  }
-  int n = 0;
-  if (nd <= MEND_R2_MAX_CANDIDATES) {
-    for (int i = 0; i < nd; i++) cand[n++] = caps[i];
-  } else {
-    char* taken = calloc((size_t)nd, 1);
-    if (taken == NULL) {
-      free(caps);
-      return -1;
-    }
-    for (; n < MEND_R2_MAX_CANDIDATES; n++) {
-      int best = -1, bestStep = -1;
-      for (int i = 0; i < nd; i++) {
-        int step = caps[i] - (i ? caps[i - 1] : *minCap);
-        if (!taken[i] && step > bestStep) best = i, bestStep = step;
-      }
-      taken[best] = 1;
-    }
-    n = 0;
-    for (int i = 0; i < nd; i++) {
-      if (taken[i]) cand[n++] = caps[i];
-    }
-    free(taken);
-  }
-  free(caps);
-  return n;
+void mendR2CapsFree(struct mendR2Caps* c) {
+  if (c == NULL) return;
+  free(c->cap);
+  free(c->atLeast);
+  memset(c, 0, sizeof(*c));
 }
 
-static int members(const struct mendR2ModelIn* in, int minCap) {
-  int k = 0;
-  for (int r = 0; r < in->nRanks; r++) k += (in->rankCap[r] < 1 ? 1 : in->rankCap[r]) >= minCap;
-  return k;
+ncclResult_t mendR2CapsOf(const int* rankCap, int nRanks, struct mendR2Caps* out) {
+  memset(out, 0, sizeof(*out));
+  if (nRanks < 1) return ncclSuccess;
+  int* caps = malloc(sizeof(int) * (size_t)nRanks);
+  if (caps == NULL) return ncclSystemError;
+  for (int r = 0; r < nRanks; r++) caps[r] = rankCap[r] < 1 ? 1 : rankCap[r];
+  qsort(caps, (size_t)nRanks, sizeof(int), cmpInt);
+  int nd = 1;
+  for (int r = 1; r < nRanks; r++) nd += caps[r] != caps[r - 1];
+  out->cap = malloc(sizeof(int) * (size_t)nd);
+  out->atLeast = malloc(sizeof(int) * (size_t)nd);
+  if (out->cap == NULL || out->atLeast == NULL) {
+    free(caps);
+    mendR2CapsFree(out);
+    return ncclSystemError;
+  }
+  /* Sorted: the ranks at or above the i-th distinct value are those from its first place on. */
+  for (int r = 0, i = 0; r < nRanks; r++) {
+    if (r > 0 && caps[r] == caps[r - 1]) continue;
+    out->cap[i] = caps[r];
+    out->atLeast[i++] = nRanks - r;
+  }
+  free(caps);
+  out->nRanks = nRanks;
+  out->nDistinct = nd;
+  return ncclSuccess;
+}
+
+/* The distinct capacities above the slowest (ascending), at most MEND_R2_MAX_CANDIDATES: when there
+ * are more, those with the largest step above the next lower capacity (ties: the lower one).
+ * nMembers[i]: the ranks with capacity >= cand[i]. */
+static int candidates(const struct mendR2Caps* caps, int cand[MEND_R2_MAX_CANDIDATES],
+                      int nMembers[MEND_R2_MAX_CANDIDATES]) {
+  const int* above = caps->cap + 1; /* distinct values above the minimum */
+  int nd = caps->nDistinct - 1, n = 0, minCap = caps->cap[0];
+  if (nd <= MEND_R2_MAX_CANDIDATES) {
+    for (int i = 0; i < nd; i++) cand[n] = above[i], nMembers[n++] = caps->atLeast[i + 1];
+    return n;
+  }
+  /* Pick the largest steps one by one (the first of equal steps: the lower capacity), then list
+   * them in ascending order. */
+  int pick[MEND_R2_MAX_CANDIDATES];
+  for (; n < MEND_R2_MAX_CANDIDATES; n++) {
+    int best = -1, bestStep = -1;
+    for (int i = 0; i < nd; i++) {
+      int step = above[i] - (i ? above[i - 1] : minCap), used = 0;
+      for (int j = 0; j < n && !used; j++) used = pick[j] == i;
+      if (!used && step > bestStep) best = i, bestStep = step;
+    }
+    pick[n] = best;
+  }
+  qsort(pick, (size_t)n, sizeof(int), cmpInt);
+  for (int j = 0; j < n; j++) cand[j] = above[pick[j]], nMembers[j] = caps->atLeast[pick[j] + 1];
+  return n;
 }
 
 /* g(t) of the file comment, for levels with rates d (fractions) and ring factors a. */
@@ -156,16 +174,17 @@ static int popcount(unsigned x) {
   return c;
 }
 
-int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxPartial, struct mendR2Split* out) {
-  int minCap = 1000, cand[MEND_R2_MAX_CANDIDATES];
-  int nc = in->nRanks > 0 ? candidates(in, &minCap, cand) : 0;
+int mendR2BestSplitCaps(const struct mendR2ModelIn* in, const struct mendR2Caps* caps, int minPartial,
+                        int maxPartial, struct mendR2Split* out) {
+  int minCap = 1000, cand[MEND_R2_MAX_CANDIDATES], nMembers[MEND_R2_MAX_CANDIDATES];
+  int nc = in->nRanks > 0 && caps->nDistinct > 0 ? candidates(caps, cand, nMembers) : 0;
+  if (in->nRanks > 0 && caps->nDistinct > 0) minCap = caps->cap[0];
   memset(out, 0, sizeof(*out));
   out->nLevels = 1;
   out->lv[0] = (struct mendR2Level){.minCap = 0, .nMembers = in->nRanks, .rate = minCap, .share = 1};
   out->estUs = mendR2CostUs(in, out);
   if (maxPartial > MEND_R2_MAX_LEVELS - 1) maxPartial = MEND_R2_MAX_LEVELS - 1;
-  int found = 0, nMembers[MEND_R2_MAX_CANDIDATES];
-  for (int i = 0; i < nc; i++) nMembers[i] = members(in, cand[i]);
+  int found = 0;
   for (unsigned set = 1; nc > 0 && set < (1u << nc); set++) {
     int p = popcount(set);
     if (p < minPartial || p > maxPartial) continue;
@@ -177,5 +196,14 @@ int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxParti
       found = 1;
     }
   }
+  return found;
+}
+
+int mendR2BestSplit(const struct mendR2ModelIn* in, int minPartial, int maxPartial, struct mendR2Split* out) {
+  struct mendR2Caps caps;
+  if (in->nRanks < 1 || mendR2CapsOf(in->rankCap, in->nRanks, &caps) != ncclSuccess)
+    memset(&caps, 0, sizeof(caps)); /* no ranks, or no memory: no candidates, the plain ring */
+  int found = mendR2BestSplitCaps(in, &caps, minPartial, maxPartial, out);
+  mendR2CapsFree(&caps);
   return found;
 }
