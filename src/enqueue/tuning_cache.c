@@ -125,7 +125,7 @@ int mendTuneCacheFind(struct mendPlanner* pl, const struct mendTuneKey* key, str
       }
     }
   }
-  if (tc != NULL) tc->st.misses++;
+  if (tc != NULL && cap > 0) tc->st.misses++;
   return 0;
 }
 
