@@ -49,7 +49,7 @@ struct monFamily {
 };
 
 /* Values of a window, in this order, at the start of NIC and connection rows. */
-enum { W_BYTES = 0, W_MSGS, W_BPS, W_LAT, W_SPAN, W_MEDIAN, W_ANOM, W_INANOM, W_IDLE, W_NVALUES };
+enum { W_BYTES = 0, W_MSGS, W_BPS, W_LAT, W_SPAN, W_MEDIAN, W_ANOM, W_INANOM, W_IDLE, W_SLOW, W_NVALUES };
 enum { C_INFLIGHT = W_NVALUES, C_STALLED, C_FAILOVERS, C_FAILBACKS, C_ACTIVE };
 enum { M_RANKS = 0, M_OPS, M_EPOCH, M_PENDING, M_FAILOVERS, M_FAILBACKS, M_CONNS, M_HEPOCH };
 
@@ -62,7 +62,8 @@ enum { M_RANKS = 0, M_OPS, M_EPOCH, M_PENDING, M_FAILOVERS, M_FAILBACKS, M_CONNS
   { K, W_MEDIAN, P "_median_throughput_bytes_per_second", "gauge", "Median of " WHAT "'s recent window throughputs (one per W messages; 0 until 4)" }, \
   { K, W_ANOM, P "_anomalies_total", "counter", "Times a window of " WHAT " fell below MEND_MONITOR_ANOMALY of the median (sends only)" }, \
   { K, W_INANOM, P "_anomaly", "gauge", "1 while " WHAT "'s last window is below MEND_MONITOR_ANOMALY of the median" }, \
-  { K, W_IDLE, P "_idle_seconds", "gauge", "Time since " WHAT "'s last completion (-1: none yet)" }
+  { K, W_IDLE, P "_idle_seconds", "gauge", "Time since " WHAT "'s last completion (-1: none yet)" }, \
+  { K, W_SLOW, P "_inflight_slow", "gauge", "1 while a send of " WHAT " has been in service longer than its size takes at MEND_MONITOR_ANOMALY of the median (bulk sends only)" }
 
 static const struct monFamily families[] = {
   { ROW_PROC, 0, "mend_monitor_info", "gauge", "The monitor of this process (labels: host, pid, ras: its query service ip:port, window size)" },
@@ -168,6 +169,9 @@ static ncclResult_t gatherConn(struct monRows* rows, struct mendMonComm* mc, str
     uint64_t oldest = atomic_load_explicit(&m->post[done % MEND_FIFO_SLOTS], memory_order_relaxed);
     if (oldest > since) since = oldest;
     row->v[C_STALLED] = since && now > since ? seconds(now - since) : 0;
+    /* The window judged live: the oldest send in flight already runs below the threshold. */
+    uint64_t bytes = atomic_load_explicit(&m->postBytes[done % MEND_FIFO_SLOTS], memory_order_relaxed);
+    row->v[W_SLOW] = mendMonWindowSlow(&m->win, oldest, bytes, now);
   }
   row->v[C_FAILOVERS] = (double)m->failovers;
   row->v[C_FAILBACKS] = (double)m->failbacks;
@@ -220,8 +224,13 @@ static ncclResult_t gatherComm(struct monRows* rows, struct mendMonComm* mc, uin
   }
   uint64_t failovers = mc->goneFailovers, failbacks = mc->goneFailbacks;
   int nConns = 0;
-  for (struct mendMonConn* m = mc->conns; m; m = m->next, nConns++)
+  for (struct mendMonConn* m = mc->conns; m; m = m->next, nConns++) {
     MENDCHECK(gatherConn(rows, mc, m, now, &failovers, &failbacks));
+    /* A NIC's sends are slow while a connector it carries has a slow send in flight. */
+    int d = atomic_load_explicit(&m->curDev, memory_order_relaxed);
+    if (m->dir == MEND_SEND && d >= 0 && d < mc->nNics && rows->r[rows->n - 1].v[W_SLOW] > 0)
+      rows->r[ci + 1 + 2 * d + MEND_SEND].v[W_SLOW] = 1;
+  }
   double hEpoch;
   MENDCHECK(gatherHealth(rows, mc, &hEpoch));
   int64_t epoch, pending;

@@ -245,6 +245,8 @@ ncclResult_t mendMonitorConnAdd(struct ncclComm* comm, const struct mendConnecto
   atomic_store(&m->curDev, dev);
   m->net = net;
   m->netComm = netComm;
+  /* A send's size is known at its post (the live judgement of the window needs it, export.c). */
+  m->fifoBytes = conn->dir == MEND_SEND && conn->fifo ? (const uint64_t*)conn->fifo->bytes : NULL;
   pthread_mutex_lock(&mendMon.lock);
   struct mendMonComm* mc = findComm(comm);
   if (mc) {
@@ -291,7 +293,9 @@ void mendMonitorConnRemove(struct mendMonConn* m) {
 }
 
 void mendMonPost(struct mendMonConn* m, int slot) {
-  atomic_store_explicit(&m->post[slot % MEND_FIFO_SLOTS], mendTimeNs(), memory_order_relaxed);
+  int s = slot % MEND_FIFO_SLOTS;
+  if (m->fifoBytes) atomic_store_explicit(&m->postBytes[s], m->fifoBytes[s], memory_order_relaxed);
+  atomic_store_explicit(&m->post[s], mendTimeNs(), memory_order_relaxed);
   atomic_store_explicit(&m->posted, atomic_load_explicit(&m->posted, memory_order_relaxed) + 1, memory_order_relaxed);
 }
 

@@ -30,6 +30,8 @@ struct mendMonConn {
   void* netComm;                       /* its send or recv comm */
   _Atomic uint64_t post[MEND_FIFO_SLOTS]; /* post time of the message in each slot */
   _Atomic uint64_t posted;             /* messages handed to the Net */
+  const uint64_t* fifoBytes;           /* sends: the FIFO's size of each slot (read at post); NULL for receives */
+  _Atomic uint64_t postBytes[MEND_FIFO_SLOTS]; /* sends: size of the message posted in each slot */
   uint64_t lastNow;                    /* proxy thread: the completion time last read (mendMonDone) */
   uint64_t failovers, failbacks;       /* the resilient net's counters, as last read (under monLock) */
   int activeDev;                       /* active path's device as last read (-1: none left) */

@@ -105,3 +105,18 @@ void mendMonWindowAdd(struct mendMonWindow* w, uint64_t post, uint64_t done, uin
   atomic_store_explicit(&w->spanNs, span, memory_order_relaxed);
   judge(w, bps, done);
 }
+
+int mendMonWindowSlow(struct mendMonWindow* w, uint64_t post, uint64_t bytes, uint64_t now) {
+  if (!w || !w->judge || bytes < w->minBytes || bytes == 0) return 0;
+  /* The reference is the median of the bulk windows, as for window anomalies: one message's service
+   * time varies too much (a socket buffer filling, the proxy descheduled) to be judged against the
+   * last window alone. */
+  uint64_t ref = atomic_load_explicit(&w->medianBps, memory_order_relaxed);
+  uint64_t last = atomic_load_explicit(&w->lastDoneNs, memory_order_relaxed);
+  uint64_t start = post > last ? post : last;
+  if (ref == 0 || post == 0 || now <= start) return 0;
+  /* elapsed > bytes / (ref x permille / 1000), in ns: no division, no overflow in 128 bits. */
+  unsigned __int128 lhs = (unsigned __int128)(now - start) * ref * (unsigned)w->permille;
+  unsigned __int128 rhs = (unsigned __int128)bytes * 1000000000u * 1000u;
+  return lhs > rhs;
+}

@@ -73,6 +73,14 @@ ncclResult_t mendMonWindowInit(struct mendMonWindow* w, int size, int permille, 
 void mendMonWindowFree(struct mendMonWindow* w);
 /* One completed message (times in ns, done >= post). */
 void mendMonWindowAdd(struct mendMonWindow* w, uint64_t post, uint64_t done, uint64_t bytes);
+/* Judging a send window live (the export thread, at each snapshot; reads only w's published values
+ * and its fixed settings): the oldest in-flight message of `bytes`, posted at `post`, has been in
+ * service since the later of its post and w's last completion (time before that was idle or spent
+ * behind the previous message).  Once that service time exceeds what `bytes` take at permille/1000
+ * of the history's median, the message's own rate is below the anomaly threshold whenever it
+ * completes: returns 1.  Returns 0 for receive windows (not judged), messages smaller than minBytes,
+ * a window with no median yet, and `now` not after the start. */
+int mendMonWindowSlow(struct mendMonWindow* w, uint64_t post, uint64_t bytes, uint64_t now);
 /* Median of n values (the lower middle one when n is even); 0 when n is 0.  Sorts a copy. */
 uint64_t mendMonMedian(const uint64_t* v, int n);
 

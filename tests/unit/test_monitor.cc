@@ -228,6 +228,97 @@ TEST(MonitorWindow, WindowOfOne) {
   EXPECT_EQ(w.lat(), 2000u);
 }
 
+// The window judged live (mendMonWindowSlow): 32 messages of 1000 bytes back to back, 1000 ns each,
+// give a median of 1e9 B/s; at MEND_MONITOR_ANOMALY 0.5 a 1000-byte send in service for more than
+// 1000 / 0.5e9 s = 2000 ns already runs below half the median.
+class LiveWindow : public ::testing::Test {
+ protected:
+  LiveWindow() : w(8, 500, 1, 1000) {
+    for (const Msg& m : backToBack(32, [](int) { return 1000; })) w.add(m);
+  }
+  int slow(uint64_t post, uint64_t bytes, uint64_t now) {
+    return mendMonWindowSlow(const_cast<mendMonWindow*>(&w.raw()), post, bytes, now);
+  }
+  Window w;
+};
+
+TEST_F(LiveWindow, InflightSendBeyondTheBoundIsSlow) {
+  ASSERT_EQ(w.median(), 1000000000u);
+  EXPECT_EQ(slow(32000, 1000, 32000), 0);
+  EXPECT_EQ(slow(32000, 1000, 34000), 0);  // exactly 2000 ns: at the threshold, not below it
+  EXPECT_EQ(slow(32000, 1000, 34001), 1);
+  EXPECT_EQ(slow(32000, 2000, 36000), 0);  // a message twice the size may take twice as long
+  EXPECT_EQ(slow(32000, 2000, 36001), 1);
+}
+
+TEST_F(LiveWindow, StepChangeSeenLiveBeforeTheWindow) {
+  // The rate drops to a fifth: 5000 ns per message from 32000 on.  Live, the first slow message is
+  // judged at 34001 ns (2001 ns in service); the window drops below half only once 3 slow messages
+  // completed: 8000 / (5 x 1000 + 3 x 5000) = 0.4e9 < 0.5e9, at 47000 ns.
+  EXPECT_EQ(slow(32000, 1000, 34001), 1);
+  w.add({32000, 37000});
+  EXPECT_EQ(w.inAnomaly(), 0);  // 8000 / 12000 ns
+  EXPECT_EQ(slow(37000, 1000, 39000), 0);
+  EXPECT_EQ(slow(37000, 1000, 39001), 1);
+  w.add({37000, 42000});
+  EXPECT_EQ(w.inAnomaly(), 0);  // 8000 / 16000 ns: exactly half
+  w.add({42000, 47000});
+  EXPECT_EQ(w.inAnomaly(), 1);
+  EXPECT_EQ(w.lastAnomaly(), 47000u);
+}
+
+TEST_F(LiveWindow, IdleTimeIsNotServiceTime) {
+  // Nothing posted from 32000 to 1000000 (between two operations): service starts at the post.
+  EXPECT_EQ(slow(1000000, 1000, 1001500), 0);
+  EXPECT_EQ(slow(1000000, 1000, 1002000), 0);
+  EXPECT_EQ(slow(1000000, 1000, 1002001), 1);
+  // Posted at 31500, behind the message that completed at 32000: service starts at 32000.
+  EXPECT_EQ(slow(31500, 1000, 34000), 0);
+  EXPECT_EQ(slow(31500, 1000, 34001), 1);
+}
+
+TEST_F(LiveWindow, SmallMessagesAreNeverSlow) {
+  // Below minBytes (1000) a message measures latency: in service for 1 s it is a stall
+  // (mend_conn_stalled_seconds), not a judged rate.
+  EXPECT_EQ(slow(32000, 999, 32000 + 1000000000ull), 0);
+  EXPECT_EQ(slow(32000, 0, 32000 + 1000000000ull), 0);
+}
+
+TEST_F(LiveWindow, ReferenceIsTheMedianNotTheLastWindow) {
+  // 8 messages at 500 ns: the last window runs at 2e9 B/s, the median stays 1e9 (history 1,1,1,1,2
+  // x 1e9): the bound stays 2000 ns.
+  uint64_t t = 32000;
+  for (int i = 0; i < 8; i++, t += 500) w.add({t, t + 500});
+  ASSERT_EQ(w.bps(), 2000000000u);
+  ASSERT_EQ(w.median(), 1000000000u);
+  EXPECT_EQ(slow(t, 1000, t + 2000), 0);
+  EXPECT_EQ(slow(t, 1000, t + 2001), 1);
+  // 8 messages at 4000 ns: the last window runs at 0.25e9 B/s (an anomaly); the median is the lower
+  // middle of 0.25,1,1,1,1,2 x 1e9 = 1e9: the bound is still 2000 ns.
+  for (int i = 0; i < 8; i++, t += 4000) w.add({t, t + 4000});
+  ASSERT_EQ(w.bps(), 250000000u);
+  ASSERT_EQ(w.median(), 1000000000u);
+  EXPECT_EQ(w.inAnomaly(), 1);
+  EXPECT_EQ(slow(t, 1000, t + 2000), 0);
+  EXPECT_EQ(slow(t, 1000, t + 2001), 1);
+}
+
+TEST(MonitorWindow, LiveNeedsAMedianAndASendWindow) {
+  Window early(8, 500, 1, 1000);  // 24 messages: 3 window values, no median yet
+  for (const Msg& m : backToBack(24, [](int) { return 1000; })) early.add(m);
+  EXPECT_EQ(early.bps(), 1000000000u);
+  EXPECT_EQ(early.median(), 0u);
+  EXPECT_EQ(mendMonWindowSlow(const_cast<mendMonWindow*>(&early.raw()), 24000, 1000, 24000 + 1000000000ull), 0);
+  for (const Msg& m : backToBack(8, [](int) { return 1000; })) early.add({m.post + 24000, m.done + 24000});
+  EXPECT_EQ(early.median(), 1000000000u);  // the fourth value: judged from now on
+  EXPECT_EQ(mendMonWindowSlow(const_cast<mendMonWindow*>(&early.raw()), 32000, 1000, 34001), 1);
+  Window recv(8, 500, 0, 1000);  // receive windows are never judged
+  for (const Msg& m : backToBack(32, [](int) { return 1000; })) recv.add(m);
+  EXPECT_EQ(recv.median(), 1000000000u);
+  EXPECT_EQ(mendMonWindowSlow(const_cast<mendMonWindow*>(&recv.raw()), 32000, 1000, 32000 + 1000000000ull), 0);
+  EXPECT_EQ(mendMonWindowSlow(NULL, 32000, 1000, 64000), 0);
+}
+
 // Without a communicator the snapshot still names the process and every family once.
 TEST(MonitorSnapshot, EmptyProcess) {
   char* text = nullptr;
