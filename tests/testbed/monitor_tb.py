@@ -8,7 +8,9 @@ throttle:  2 hosts x 2 rails at 1 Gbit/s; 2 s in, `tc` lowers host 0's rail 0 to
            first snapshot whose rail-0 window throughput (any host, tx or rx) is below half of its
            median before the change is found; the delay from the end of the tc command to that
            snapshot is printed ("# throttle: ...") and must stay within THROTTLE_BOUND_S.  The
-           window's grain is W = 8 messages; a snapshot shows the last completed window.
+           window's grain is W = 8 messages; a snapshot shows the last completed window.  The first
+           snapshot with a rail-0 send in flight judged slow (mend_nic_inflight_slow) is printed too
+           and counts as seeing the change; no NIC may show one before the change.
 blackhole: the same job; 2 s in, host 1's rail 0 switch port stops forwarding (bridge state 0, no
            event anywhere).  The snapshots must show the drop (a stalled send, or rail 0's byte
            counters stopped while the job still runs), then the failover (mend_comm_failovers_total

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The throughput monitor on the testbed (issue 14): a NIC throttled by tc from 1 Gbit/s to
-# 200 Mbit/s under a running AllReduce shows in the snapshots within 150 ms (the delay is printed),
+# 200 Mbit/s under a running AllReduce shows in the snapshots within 150 ms (the delay is printed;
+# no send is judged slow in flight before the change),
 # and a black hole shows the drop, the failover and the NIC down, also live in mend-top (tmux).
 # The scenarios live in monitor_tb.py (also runnable by hand).
 # Exit: 0 pass, 1 fail, 77 skip (not root / no network namespaces).
