@@ -229,16 +229,22 @@ static ncclResult_t checkComms(struct ncclComm** comms, int nComms) {
   return ncclSuccess;
 }
 
-/* A connector of a running work that the transport lost: the operation cannot finish.  Checked only
- * when nothing moved, so data that did arrive is always used first. */
-static ncclResult_t checkConns(struct mendWork** works, const int* active, int nActive) {
+/* A connector that the transport lost, and that a running work's current step waits on: the
+ * operation cannot finish.  Only the current step's connectors count: a peer that an earlier step
+ * was done with may finish its operation and leave (recursive doubling changes partner every round).
+ * Checked only when nothing moved, so data that did arrive is always used first; `report` 0 looks
+ * without a WARN (the caller then runs one more pass: see mendEngineRunHost). */
+static ncclResult_t checkConns(struct mendWork** works, const int* active, int nActive, int report) {
   for (int a = 0; a < nActive; a++) {
     struct mendWork* w = works[active[a]];
     if (!w->st.started || w->st.walk.done) continue;
-    for (int p = 0; p < w->prog->nPeers; p++) {
-      struct mendConnector* c = w->conns[p];
+    const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
+    for (int k = 0; k < 2; k++) {
+      int used = k == 0 ? (s->op & MEND_STEP_RECV) != 0 : (s->op & MEND_STEP_SEND) != 0;
+      struct mendConnector* c = used ? w->conns[k == 0 ? s->recvPeer : s->sendPeer] : NULL;
       int err = c ? atomic_load_explicit(&c->error, memory_order_acquire) : ncclSuccess;
       if (err == ncclSuccess) continue;
+      if (!report) return (ncclResult_t)err;
       WARN("Rank %d: operation stopped: its connection %s rank %d (channel %d) failed: %s", w->comm->rank,
            c->dir == MEND_SEND ? "to" : "from", c->peer, c->channel, ncclGetErrorString((ncclResult_t)err));
       mendCommSetAsyncError(w->comm, (ncclResult_t)err);
@@ -450,7 +456,17 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
       continue;
     }
     if (nActive == 0) break;
-    MENDCHECKGOTO(checkConns(works, active, nActive), res, exit);
+    if (checkConns(works, active, nActive, 0) != ncclSuccess) {
+      /* A peer left after the pass looked at its connector: what it posted before it left (its last
+       * tail store precedes its bye, which precedes the error flag read here) is used first. */
+      moved = pass(works, active, &nActive, &res);
+      if (moved < 0) goto exit;
+      if (moved > 0 || nActive == 0) {
+        id.since = 0;
+        continue;
+      }
+      MENDCHECKGOTO(checkConns(works, active, nActive, 1), res, exit);
+    }
     MENDCHECKGOTO(checkComms(comms, nComms), res, exit);
     if (id.since != 0 && mendTimeNs() >= id.scanAt) {
       MENDCHECKGOTO(sigScan(works, nWorks, comms, nComms, mendTimeNs() - id.since >= LATE_NS), res, exit);
