@@ -30,10 +30,12 @@ extern "C" {
 }
 
 #include "loopback_world.h"
+#include "view_util.h"
 #include "narrow_float.h"
 
 using mendtest::ScopedEnv;
 using mendtest::World;
+using mendtest::setCaps;
 
 namespace {
 
@@ -299,22 +301,6 @@ TEST(R2Model, NothingToSplitWhenAllRanksAreAlike) {
 // ================================================================ the per-call choice
 
 namespace {
-
-// Every rank of w plans under a view with these capacities (and usable-NIC masks) from the next op on.
-void setCaps(World& w, const std::vector<int>& caps, const std::vector<uint32_t>& nics = {}) {
-  static uint32_t epoch = 100;
-  epoch++;
-  for (int r = 0; r < w.n(); r++) {
-    mendPlanView *base = nullptr, *v = nullptr;
-    ASSERT_EQ(mendPlanViewFromChannels(w.comm(r), &base), ncclSuccess);
-    ASSERT_EQ(mendPlanViewCopy(base, epoch, 0, &v), ncclSuccess);
-    mendPlanViewFree(base);
-    memcpy(v->rankCap, caps.data(), sizeof(int) * caps.size());
-    if (!nics.empty()) memcpy(v->rankNics, nics.data(), sizeof(uint32_t) * nics.size());
-    ASSERT_EQ(mendPlanViewSeal(v), ncclSuccess);
-    ASSERT_EQ(mendPlannerSetView(w.comm(r), v), ncclSuccess);
-  }
-}
 
 // The choice rank 0 of w makes for an AllReduce of `bytes` under its view in force.
 mendReplanChoice choose(World& w, size_t bytes) {
