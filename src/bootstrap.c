@@ -319,7 +319,10 @@ static void* rxThread(void* arg) {
     if (atomic_load(&bs->closing) && !bs->rxByeSent) {
       for (int i = 0; i < bs->nRx; i++)
         if (bs->rx[i].peer >= 0) sayByeBack(bs->rx[i].fd);
-      bs->rxByeSent = 1;
+      pthread_mutex_lock(&bs->lock);
+      atomic_store(&bs->rxByeSent, 1);
+      pthread_cond_broadcast(&bs->cond); /* Close waits for it before the sockets close */
+      pthread_mutex_unlock(&bs->lock);
     }
     int64_t pause = listening ? BS_POLL_MS : bs->acceptPauseUntil - mendTimeMs();
     int rc = poll(pfd, (nfds_t)n, pause < 1 ? 1 : pause < BS_POLL_MS ? (int)pause : BS_POLL_MS);
@@ -753,8 +756,12 @@ ncclResult_t mendBootstrapClose(struct mendBootstrap* bs) {
     if (p == bs->rank || mendBsAborted(bs, NULL)) continue;
     if (sayBye(bs, p, deadline) && waitFor) { waitFor[p] = 1; pending++; }
   }
-  /* Wait until every peer we said BYE to has hung up (a stopped peer costs the close timeout). */
+  /* Wait until every peer we said BYE to has hung up (a stopped peer costs the close timeout), and
+   * until the receiver said BYE back on every incoming connection: closing those before it did
+   * would read as a lost peer to a rank that only ever sent to us. */
   pthread_mutex_lock(&bs->lock);
+  while (!atomic_load(&bs->rxByeSent) && mendTimeMs() < deadline && !mendBsAborted(bs, NULL))
+    condWaitMs(bs, BS_WAIT_SLICE_MS);
   while (pending > 0 && mendTimeMs() < deadline && !mendBsAborted(bs, NULL)) {
     pending = 0;
     for (int p = 0; p < n; p++)

@@ -157,7 +157,7 @@ struct mendBootstrap {
   _Atomic int abort;              /* set by mendBootstrapAbort */
   _Atomic int stop;               /* tells the receiver thread to exit */
   _Atomic int closing;            /* Close started: the receiver says BYE on incoming connections */
-  int rxByeSent;                  /* it did (receiver thread only) */
+  _Atomic int rxByeSent;          /* it did (set by the receiver thread; Close waits for it) */
   _Atomic int users;              /* threads inside bootstrap calls (abort waits for 0) */
   int64_t timeoutMs;              /* MEND_BOOTSTRAP_TIMEOUT */
   int listenFd;                   /* where peers connect */

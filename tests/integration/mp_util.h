@@ -106,6 +106,26 @@ static inline void mpGetId(const char* dir, const char* name, ncclUniqueId* id, 
   }
 }
 
+/* Say that this rank reached point `tag` (a marker file in dir). */
+static inline void mpArrive(const char* dir, const char* tag, int rank) {
+  ncclUniqueId mark;
+  char name[64];
+  memset(&mark, 0, sizeof(mark));
+  snprintf(name, sizeof name, "%s.%d", tag, rank);
+  mpPutId(dir, name, &mark);
+}
+
+/* Wait (30 s at most) until ranks 0 .. n-1 other than `self` reached point `tag`. */
+static inline void mpAwaitOthers(const char* dir, const char* tag, int self, int n) {
+  ncclUniqueId mark;
+  char name[64];
+  for (int r = 0; r < n; r++) {
+    if (r == self) continue;
+    snprintf(name, sizeof name, "%s.%d", tag, r);
+    mpGetId(dir, name, &mark, 30);
+  }
+}
+
 /* Rank 0 creates a unique id and publishes it as dir/name; every other rank waits for it (30 s). */
 static inline void mpShareId(int rank, const char* dir, const char* name, ncclUniqueId* id) {
   if (rank == 0) {

@@ -281,7 +281,13 @@ static void scShrink(int rank, int n, const char* dir) {
  * communicator from the parent's without a new unique id, and it works. */
 static void scShrinkAbort(int rank, int n, const char* dir) {
   ncclComm_t comm = initChecked(rank, n, dir);
-  if (rank == n - 1) raise(SIGKILL);
+  /* The last rank dies only once every rank finished the check: its own AllReduce returning does
+   * not mean the others' did, and an operation still running when a peer is lost fails. */
+  mpArrive(dir, "checked", rank);
+  if (rank == n - 1) {
+    mpAwaitOthers(dir, "checked", rank, n);
+    raise(SIGKILL);
+  }
   usleep(200 * 1000);
   int excl[1] = {n - 1};
   ncclComm_t child = NULL;
