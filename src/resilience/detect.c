@@ -155,6 +155,7 @@ void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done) {
   d->lastAckUs = now;
   d->backoff = 0;
   d->peerSilent = 0;
+  d->lastMissMs = 0;
 }
 
 static uint64_t inFlightBytes(const struct rnetComm* rc) {
@@ -213,14 +214,33 @@ static ncclResult_t takeConfirm(struct rnetComm* rc) {
   return ncclSuccess;
 }
 
+/* A failed probe of the connection's only live path: keep it until its probes have failed for
+ * MEND_LAST_PATH_TIMEOUT.  One connect lost on a saturated or stalled path (a SYN dropped by a full
+ * queue, a peer stopped for a second) must not end the only way to the peer; a dead last path still
+ * fails, later.  1 when the path must be kept for now. */
+static int keepLastPath(struct rnetComm* rc, int p, int64_t now) {
+  int live = 0;
+  for (int q = 0; q < rc->nPaths; q++) live += mendRnetPathLive(rc, q);
+  if (live != 1) return 0;
+  if (rc->det.lastMissMs == 0) rc->det.lastMissMs = now;
+  int64_t missed = now - rc->det.lastMissMs, bound = mendParamLastPathTimeout();
+  if (missed >= bound) return 0;
+  INFO_SPARSE(MEND_RESIL, 1000, "NET/Resilient: conn %llx to rank %d: the probe of its only live path %d failed; "
+              "kept for now (probes failing for %lld of %lld ms, MEND_LAST_PATH_TIMEOUT)",
+              (unsigned long long)rc->connId, rc->peerRank, p, (long long)missed, (long long)bound);
+  return 1;
+}
+
 /* Results of a finished progress probe (the fixed rule): fence what failed; a slow peer gets more time. */
 static ncclResult_t takeProbe(struct rnetComm* rc) {
   if (rc->det.confirming) return takeConfirm(rc);
   uint32_t failed = atomic_exchange(&rc->probeFailed, 0);
   uint32_t mask = rc->probeMask;
+  int64_t now = mendTimeMs();
   atomic_store(&rc->probeState, MEND_RNET_PROBE_IDLE);
+  if ((mask & ~failed) != 0) rc->det.lastMissMs = 0; /* a path answered */
   for (int p = 0; p < rc->nPaths; p++) {
-    if (!((failed >> p) & 1) || !mendRnetPathLive(rc, p)) continue;
+    if (!((failed >> p) & 1) || !mendRnetPathLive(rc, p) || keepLastPath(rc, p, now)) continue;
     MENDCHECK(mendRnetFailPath(rc, p, MEND_RNET_KILL_PROBE, NULL));
   }
   if ((mask & ~failed) != 0) {

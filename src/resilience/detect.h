@@ -104,6 +104,7 @@ struct mendDetect {
   int confirming;          /* the running progress probe is a confirmation (else the fixed rule's) */
   int suspectPath, refPath;/* paths of the running confirmation */
   struct mendConfirm cf;   /* the running confirmation */
+  int64_t lastMissMs;      /* first failed probe of the connection's only live path since progress (0: none) */
 };
 /* Sender: an acknowledgement on path p advanced the done count to `done` (before rc->nDone moves). */
 void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done);
