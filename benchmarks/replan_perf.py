@@ -105,6 +105,7 @@ def run_mode(a, tbmod, loop, mode, index):
             tail = [l for l in (r.output or "").splitlines() if "WARN" in l or "rror" in l][-4:]
             out.setdefault("why", []).extend("rank %d (exit %s): %s" % (r.rank, r.code, l.strip()) for l in tail)
         if a.log:
+            os.makedirs(a.log, exist_ok=True)
             with open(os.path.join(a.log, "%d.rank%d.out" % (index, r.rank)), "w") as f:
                 f.write(r.output or "")
         for m in REPLAN.finditer(r.output or ""):
