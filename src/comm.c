@@ -78,6 +78,7 @@ void mendCommFree(struct ncclComm* comm) {
   free(comm->rankToNode);
   free(comm->rankToLocalRank);
   free(comm->peerInfo);
+  free(comm->calib);
   pthread_mutex_destroy(&comm->lock);
   free(comm);
 }

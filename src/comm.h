@@ -41,6 +41,8 @@ struct mendConfig {
 };
 
 /* What every rank tells every other rank at init (allgathered through the bootstrap). */
+struct mendCalib;
+
 struct mendPeerInfo {
   int rank;                       /* rank in this communicator */
   int cudaDev;                    /* CUDA device, -1 in host mode */
@@ -119,6 +121,7 @@ struct ncclComm {
   uint64_t commHash;              /* identifies this communicator (logs, Net init) */
   struct mendConfig config;       /* parsed configuration */
   struct mendPeerInfo* peerInfo;  /* [nRanks] */
+  struct mendCalib* calib;        /* the cost model's constants every rank plans with: rank 0's (init) */
 
   int nChannels;                  /* channels in use */
   struct mendChannel channels[MEND_MAXCHANNELS];

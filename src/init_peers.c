@@ -15,6 +15,7 @@
 #include "misc/cudrv.h"
 #include "misc/debug.h"
 #include "device/engine.h"
+#include "enqueue/calib.h"
 #include "graph/graph.h"
 #include "misc/utils.h"
 #include "transport/transport.h"
@@ -23,7 +24,35 @@
 struct initExchange {
   struct mendPeerInfo info; /* the rank's identity */
   uint64_t nonce;           /* rank 0's value becomes the communicator hash */
+  struct mendCalib calib;   /* the rank's cost-model constants: rank 0's are every rank's */
 };
+
+/* Every rank plans with rank 0's cost-model constants, so a rank whose MEND_CALIB_FILE differs (or
+ * is missing) still chooses the same algorithms as the others.  Rank 0's values came over the
+ * network: out of range, every rank (seeing the same bytes) uses the built-in ones. */
+static ncclResult_t agreeCalib(struct ncclComm* comm, const struct initExchange* all) {
+  MENDCHECK(MENDCALLOC(comm->calib, 1));
+  *comm->calib = all[0].calib;
+  char err[160];
+  if (mendCalibCheck(comm->calib, err, sizeof(err)) != 0) {
+    WARN("Init: rank 0's cost-model constants are not valid (%s); every rank uses the built-in ones", err);
+    mendCalibDefaults(comm->calib);
+    return ncclSuccess;
+  }
+  int differ = 0;
+  for (int r = 1; r < comm->nRanks; r++) differ += !mendCalibEqual(&all[r].calib, &all[0].calib);
+  if (differ && comm->rank == 0)
+    INFO(NCCL_INIT | NCCL_TUNING, "Init: %d rank(s) have cost-model constants (MEND_CALIB_FILE) other than rank 0's; "
+         "every rank uses rank 0's", differ);
+  if (!mendCalibEqual(mendCalibGet(), comm->calib)) {
+    WARN_ONCE("Init: rank %d's cost-model constants (MEND_CALIB_FILE) differ from rank 0's; it plans with rank 0's "
+              "so every rank chooses the same algorithms", comm->rank);
+    comm->calib->fromFile = MEND_CALIB_RANK0;
+  } else {
+    comm->calib->fromFile = mendCalibGet()->fromFile;
+  }
+  return ncclSuccess;
+}
 
 /* comm->cudaDev was set by the creator (the caller's current device, InitAll's devlist, a split's
  * parent); -1 means host mode: buffers are host memory, streams must be NULL.  This runs in the init
@@ -99,6 +128,7 @@ static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
   MENDCHECK(MENDCALLOC(all, n));
   fillInfo(comm, &all[comm->rank].info);
   all[comm->rank].nonce = mendHashCombine(mendTimeNs(), mendPidHash() ^ (uint64_t)(uintptr_t)comm);
+  all[comm->rank].calib = *mendCalibGet();
   MENDCHECKGOTO(mendBootstrapAllGather(comm->bootstrap, all, sizeof(*all)), res, fail_free);
   MENDCHECKGOTO(MENDCALLOC(comm->peerInfo, n), res, fail_free);
   for (int r = 0; r < n; r++) {
@@ -117,7 +147,9 @@ static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
     }
   }
   comm->commHash = mendHashCombine(all[0].nonce, (uint64_t)n);
+  res = agreeCalib(comm, all);
   free(all);
+  if (res != ncclSuccess) return res;
   return ncclSuccess;
 fail_free:
   free(all);

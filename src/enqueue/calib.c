@@ -113,6 +113,38 @@ void mendCalibWrite(FILE* f, const struct mendCalib* c) {
   fprintf(f, "reduce_gbs %.3f\n", c->reduceGBs);
 }
 
+int mendCalibCheck(const struct mendCalib* in, char* err, size_t errLen) {
+  struct mendCalib c = *in; /* fieldOf hands out pointers into it */
+  char key[32];
+  for (int i = -1; i < MEND_CALIB_KINDS * 3; i++) {
+    static const char* fields[3] = {"alpha_us", "bw_channel_gbs", "bw_max_gbs"};
+    if (i < 0) snprintf(key, sizeof(key), "reduce_gbs");
+    else snprintf(key, sizeof(key), "%s.%s", kindNames[i / 3], fields[i % 3]);
+    double lo, hi, *v = fieldOf(&c, key, &lo, &hi);
+    if (v == NULL || !isfinite(*v) || *v < lo || *v > hi) {
+      snprintf(err, errLen, "%s %g is not a number in [%g, %g]", key, v ? *v : NAN, lo, hi);
+      return -1;
+    }
+  }
+  for (int k = 0; k < MEND_CALIB_KINDS; k++) {
+    if (c.kind[k].bwMax < c.kind[k].bwChannel) {
+      snprintf(err, errLen, "%s.bw_max_gbs %g is below %s.bw_channel_gbs %g", kindNames[k], c.kind[k].bwMax,
+               kindNames[k], c.kind[k].bwChannel);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int mendCalibEqual(const struct mendCalib* a, const struct mendCalib* b) {
+  if (a->reduceGBs != b->reduceGBs) return 0;
+  for (int k = 0; k < MEND_CALIB_KINDS; k++) {
+    const struct mendKindCost *x = a->kind + k, *y = b->kind + k;
+    if (x->alphaUs != y->alphaUs || x->bwChannel != y->bwChannel || x->bwMax != y->bwMax) return 0;
+  }
+  return 1;
+}
+
 static struct mendCalib loaded;
 static pthread_once_t loadOnce = PTHREAD_ONCE_INIT;
 
@@ -160,7 +192,9 @@ const struct mendCalib* mendCalibGet(void) {
 }
 
 void mendCalibDescribe(const struct mendCalib* c, char* buf, size_t len) {
-  size_t at = (size_t)snprintf(buf, len, "Cost model constants (%s):", c->fromFile ? mendParamCalibFile() : "built in");
+  const char* from = c->fromFile == MEND_CALIB_RANK0 ? "rank 0's, which differ from this rank's"
+                     : c->fromFile ? mendParamCalibFile() : "built in";
+  size_t at = (size_t)snprintf(buf, len, "Cost model constants (%s):", from);
   for (int k = 0; k < MEND_CALIB_KINDS && at < len; k++) {
     at += (size_t)snprintf(buf + at, len - at, " %s alpha %.2f us bw %.2f/%.2f GB/s;", kindNames[k],
                            c->kind[k].alphaUs, c->kind[k].bwChannel, c->kind[k].bwMax);

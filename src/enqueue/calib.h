@@ -25,8 +25,9 @@ struct mendKindCost {
 struct mendCalib {
   struct mendKindCost kind[MEND_CALIB_KINDS]; /* indexed by enum mendTransportKind */
   double reduceGBs;                           /* host float sum, GB/s of output (dst = a + b) */
-  int fromFile;                               /* 1: read from MEND_CALIB_FILE, 0: built in */
+  int fromFile;                               /* 1: read from MEND_CALIB_FILE, 0: built in, MEND_CALIB_RANK0 */
 };
+#define MEND_CALIB_RANK0 2 /* a communicator's constants: rank 0's, which differ from this process's */
 
 /* The built-in constants (the reference machine's, src/enqueue/README.md). */
 void mendCalibDefaults(struct mendCalib* c);
@@ -44,6 +45,11 @@ int mendCalibLoad(const char* path, struct mendCalib* c);
 /* The constants the planner uses: MEND_CALIB_FILE's (once, at the first call; a file that cannot be
  * read or parsed WARNs and the built-in values are used) or the built-in ones. */
 const struct mendCalib* mendCalibGet(void);
+/* 0 when every value is finite and in the range a calibration file allows (and bw_max >= bw_channel);
+ * -1 with err naming the first that is not.  For constants that came over the network. */
+int mendCalibCheck(const struct mendCalib* c, char* err, size_t errLen);
+/* 1 when a and b hold the same constants (where they came from aside). */
+int mendCalibEqual(const struct mendCalib* a, const struct mendCalib* b);
 /* One line for NCCL_DEBUG_SUBSYS=TUNING: where the constants came from and every value. */
 void mendCalibDescribe(const struct mendCalib* c, char* buf, size_t len);
 

@@ -37,9 +37,14 @@
 #include "plugin/tuner_plugin.h"
 #include "transport/transport.h"
 
+/* The communicator's constants (rank 0's, agreed at init); the process's for one without them. */
+static const struct mendCalib* calibOf(const struct ncclComm* comm) {
+  return comm && comm->calib ? comm->calib : mendCalibGet();
+}
+
 /* The constants of a transport kind (calib.c: built in, or measured by mend-info --calibrate). */
-static const struct mendKindCost* kindCost(int kind) {
-  return mendCalibGet()->kind + (kind < 0 || kind >= MEND_CALIB_KINDS ? MEND_TRANSPORT_NET : kind);
+static const struct mendKindCost* kindCost(const struct mendCalib* c, int kind) {
+  return (c ? c : mendCalibGet())->kind + (kind < 0 || kind >= MEND_CALIB_KINDS ? MEND_TRANSPORT_NET : kind);
 }
 
 static const char* algoNames[MEND_NCCL_NUM_ALGOS] = {"Tree", "Ring", "CollNetDirect", "CollNetChain",
@@ -117,7 +122,7 @@ ncclResult_t mendTuneParse(const char* str, int kind, uint32_t masks[MEND_NFUNCS
   return err ? ncclInvalidArgument : ncclSuccess;
 }
 
-static void parseMasks(struct mendPlanner* pl) {
+static void parseMasks(const struct ncclComm* comm, struct mendPlanner* pl) {
   const char* bad = NULL;
   if (mendTuneParse(mendParamAlgo(), 0, pl->algoMask, &bad) != ncclSuccess)
     WARN_ONCE("NCCL_ALGO=%s: unknown algorithm or function '%s' ignored", mendParamAlgo(), bad);
@@ -125,7 +130,7 @@ static void parseMasks(struct mendPlanner* pl) {
     WARN_ONCE("NCCL_PROTO=%s: unknown protocol or function '%s' ignored", mendParamProto(), bad);
   pl->masksParsed = 1;
   char line[512];
-  mendCalibDescribe(mendCalibGet(), line, sizeof(line));
+  mendCalibDescribe(calibOf(comm), line, sizeof(line));
   INFO(NCCL_TUNING, "%s", line);
 }
 
@@ -146,21 +151,23 @@ static int depthOf(int n) {
 
 /* The reduction part of an AllReduce's estimate (host CPU time, not wire time). */
 static double reduceUs(const struct mendCostIn* in, int algo) {
-  double S = (double)in->nBytes, n = in->nRanks, perUs = mendCalibGet()->reduceGBs * 1e3;
+  const struct mendCalib* cal = in->calib ? in->calib : mendCalibGet();
+  double S = (double)in->nBytes, n = in->nRanks, perUs = cal->reduceGBs * 1e3;
   if (in->func != MEND_FUNC_ALLREDUCE || n <= 1) return 0;
   return (algo == MEND_ALGO_TREE ? S : (n - 1) / n * S) / perUs;
 }
 
 double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   int n = in->nRanks, kind = in->kind < 0 || in->kind > 2 ? MEND_TRANSPORT_NET : in->kind;
-  const struct mendKindCost* k = kindCost(kind);
+  const struct mendCalib* cal = in->calib ? in->calib : mendCalibGet();
+  const struct mendKindCost* k = kindCost(cal, kind);
   double bwMax = (kind == MEND_TRANSPORT_NET && in->netGBs > 0) ? in->netGBs : k->bwMax;
   double bw = in->nChannels * k->bwChannel;
   if (bw > bwMax) bw = bwMax;
   double perUs = bw * 1e3; /* bytes per microsecond */
-  double redUs = mendCalibGet()->reduceGBs * 1e3; /* bytes a rank reduces per microsecond */
+  double redUs = cal->reduceGBs * 1e3; /* bytes a rank reduces per microsecond */
   double S = (double)in->nBytes;
-  if (n <= 1) return S / (kindCost(MEND_TRANSPORT_P2P)->bwMax * 1e3);
+  if (n <= 1) return S / (kindCost(cal, MEND_TRANSPORT_P2P)->bwMax * 1e3);
   /* Reductions run on the rank's CPU beside the transfers: their bytes at the reduce rate add up. */
   switch (in->func) {
   case MEND_FUNC_ALLREDUCE:
@@ -262,10 +269,10 @@ static int askTuner(struct ncclComm* comm, struct mendPlanner* pl, int func, siz
 
 ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const struct mendOp* op, size_t nBytes,
                           struct mendChoice* ch) {
-  if (!pl->masksParsed) parseMasks(pl);
+  if (!pl->masksParsed) parseMasks(comm, pl);
   int func = op->func, kind = worstKind(comm, pl);
   struct mendCostIn in = {.func = func, .nBytes = nBytes, .nRanks = comm->nRanks, .kind = kind,
-                          .nChannels = channelsFor(comm, nBytes, kind)};
+                          .nChannels = channelsFor(comm, nBytes, kind), .calib = calibOf(comm)};
   uint32_t algos = pl->algoMask[func], protos = pl->protoMask[func];
   double cost[2];
   for (int a = 0; a < 2; a++) cost[a] = (algos & (1u << a)) ? mendTuneCostUs(&in, a) : -1;
@@ -305,7 +312,8 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
 
 double mendTuneP2pUs(struct ncclComm* comm, struct mendPlanner* pl, size_t nBytes) {
   struct mendCostIn in = {.func = MEND_FUNC_SEND, .nBytes = nBytes, .nRanks = comm->nRanks,
-                          .kind = worstKind(comm, pl), .nChannels = 1, .netGBs = netGBs(comm)};
+                          .kind = worstKind(comm, pl), .nChannels = 1, .netGBs = netGBs(comm),
+                          .calib = calibOf(comm)};
   return mendTuneCostUs(&in, MEND_ALGO_P2P);
 }
 
@@ -363,7 +371,8 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
                             struct mendReplanChoice* c) {
   int n = key->nRanks, kind = key->kind, nCh = key->nChannels, forced = key->forced;
   size_t nBytes = key->nBytes;
-  struct mendCostIn in = {.func = MEND_FUNC_ALLREDUCE, .nBytes = nBytes, .nRanks = n, .kind = kind, .nChannels = nCh};
+  struct mendCostIn in = {.func = MEND_FUNC_ALLREDUCE, .nBytes = nBytes, .nRanks = n, .kind = kind, .nChannels = nCh,
+                          .calib = calibOf(comm)};
   struct mendCostIn in0 = in;
   in0.nBytes = 0;
   for (int a = 0; a < 2; a++) {
@@ -377,7 +386,7 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   }
   /* R2 levels are rings: only where Ring is allowed.  The NIC line rate stays out (it is this
    * host's, and the choice must be every rank's). */
-  const struct mendKindCost* k = kindCost(kind);
+  const struct mendKindCost* k = kindCost(calibOf(comm), kind);
   double bw = nCh * k->bwChannel < k->bwMax ? nCh * k->bwChannel : k->bwMax;
   struct mendR2ModelIn m = {.nRanks = n, .rankCap = sum->rankCap, .nBytes = (double)nBytes, .alphaUs = k->alphaUs,
                             .bytesPerUs = bw * 1e3};
@@ -436,7 +445,7 @@ ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, co
     mendTuneViewSumFree(&fresh);
     return ncclSuccess;
   }
-  if (!pl->masksParsed) parseMasks(pl);
+  if (!pl->masksParsed) parseMasks(comm, pl);
   struct mendTuneKey key;
   keyOf(comm, pl, nBytes, forced, &key);
   if (!mendTuneCacheFind(pl, &key, c)) {

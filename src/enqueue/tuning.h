@@ -35,6 +35,7 @@ const char* mendTuneAlgoName(int ncclAlgo);
 const char* mendTuneProtoName(int ncclProto);
 
 /* Cost model inputs that are the same on every rank. */
+struct mendCalib;
 struct mendCostIn {
   int func;          /* enum mendFunc */
   size_t nBytes;     /* NCCL's size of the op (AllGather/ReduceScatter: the full buffer) */
@@ -42,6 +43,7 @@ struct mendCostIn {
   int kind;          /* slowest transport between ranks (enum mendTransportKind) */
   int nChannels;     /* channels the op is split over */
   double netGBs;     /* NIC speed in GB/s for net transports (0: default) */
+  const struct mendCalib* calib; /* the constants (the communicator's: rank 0's); NULL: mendCalibGet() */
 };
 /* Estimated time in microseconds of algo (enum mendAlgo) for the op; < 0 when it cannot run it. */
 double mendTuneCostUs(const struct mendCostIn* in, int algo);

@@ -41,6 +41,27 @@ tuning MEND_CALIB_FILE="$T/none" > "$T/log"; rc=$?
 [ $rc -eq 0 ] && grep -q "MEND_CALIB_FILE=$T/none: cannot read it" "$T/log" && ok missing_file_warns \
   || nok missing_file_warns "rc=$rc $(grep -m1 CALIB "$T/log")"
 
+# Two processes whose files differ: both plan with rank 0's constants (same estimates), and the
+# rank whose own constants differ says so.
+printf 'shm.alpha_us 40\np2p.alpha_us 40\n' > "$T/slow"
+port=$(( 20000 + $$ % 20000 ))
+for r in 0 1; do
+  f="$T/calib"; [ $r = 1 ] && f="$T/slow"
+  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MEND_PERF_CTRL=127.0.0.1:$port MEND_CALIB_FILE="$f" NCCL_DEBUG=INFO \
+    NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" timeout 60 "$PERF" -b 8 -e 64K -f 8 -n 1 -w 0 -c 1 \
+    > "$T/r$r" 2>&1 &
+done
+wait
+est() { grep -oE 'AllReduce: [0-9]+ Bytes -> Algo [A-Za-z]+ .* time [0-9.]+ us' "$1" | sort -u; }
+if [ -s "$T/r0" ] && [ -n "$(est "$T/r0")" ] && [ "$(est "$T/r0")" = "$(est "$T/r1")" ] \
+   && grep -q "rank 1's cost-model constants (MEND_CALIB_FILE) differ from rank 0's" "$T/r1" \
+   && grep -q "Cost model constants (rank 0's, which differ from this rank's): p2p alpha $alpha us" "$T/r1" \
+   && grep -q "Out of bounds values : 0 OK" "$T/r0"; then
+  ok ranks_plan_with_rank0_constants
+else
+  nok ranks_plan_with_rank0_constants "$(est "$T/r0" | head -2) vs $(est "$T/r1" | head -2); $(grep -m2 -E 'differ|rror' "$T/r1")"
+fi
+
 "$TOOL" --calibrate --bogus > /dev/null 2> "$T/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "unknown or incomplete option '--bogus'" "$T/err" && ok bad_option_exit_2 \
   || nok bad_option_exit_2 "rc=$rc $(cat "$T/err")"

@@ -393,3 +393,31 @@ TEST(TuningCalib, FileLoadAndModel) {
   std::string cmd = std::string("rm -rf ") + dir;
   ASSERT_EQ(system(cmd.c_str()), 0);
 }
+
+// Constants that came over the network (rank 0's at init) are checked value by value; equality
+// ignores where they came from.
+TEST(TuningCalib, CheckAndEqual) {
+  mendCalib c, d;
+  char err[160];
+  mendCalibDefaults(&c);
+  EXPECT_EQ(mendCalibCheck(&c, err, sizeof err), 0) << err;
+  d = c;
+  d.fromFile = 1;
+  EXPECT_TRUE(mendCalibEqual(&c, &d));
+  d.kind[2].alphaUs += 1;
+  EXPECT_FALSE(mendCalibEqual(&c, &d));
+  struct Bad { void (*spoil)(mendCalib*); const char* names; } bad[] = {
+    {[](mendCalib* x) { x->reduceGBs = NAN; }, "reduce_gbs"},
+    {[](mendCalib* x) { x->reduceGBs = -1; }, "reduce_gbs"},
+    {[](mendCalib* x) { x->kind[0].alphaUs = 1e7; }, "p2p.alpha_us"},
+    {[](mendCalib* x) { x->kind[1].bwChannel = INFINITY; }, "shm.bw_channel_gbs"},
+    {[](mendCalib* x) { x->kind[2].bwMax = 0; }, "net.bw_max_gbs"},
+    {[](mendCalib* x) { x->kind[2].bwMax = 0.5; x->kind[2].bwChannel = 1; }, "net.bw_max_gbs 0.5 is below"},
+  };
+  for (const Bad& b : bad) {
+    d = c;
+    b.spoil(&d);
+    EXPECT_EQ(mendCalibCheck(&d, err, sizeof err), -1) << b.names;
+    EXPECT_NE(std::string(err).find(b.names), std::string::npos) << err;
+  }
+}
