@@ -11,7 +11,7 @@
  *   socket.connect socket.accept socket.send socket.recv    bootstrap.send bootstrap.recv
  *   net.listen net.connect net.accept net.isend net.irecv net.test net.regmr
  *   shm.open shm.map    cuda.malloc cuda.memcpy cuda.launch    ib.post_send ib.poll_cq
- *   host.calloc (mendCalloc)    proxy.progress    probe.connect (a resilience path probe)
+ *   host.calloc (mendCalloc)    proxy.progress
  * Counting is per site and per process; a site that is never configured costs one relaxed load.
  */
 #ifndef MEND_MISC_FAULT_H_

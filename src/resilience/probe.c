@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "checks.h"
-#include "misc/fault.h"
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "resilience/detect.h"
@@ -160,11 +159,6 @@ static int probeStart(struct mendResil* r, struct resilProbe* p, int* ok) {
   union mendSocketAddr src = dev->addr;
   if (src.sa.sa_family == AF_INET) src.sin.sin_port = 0;
   else src.sin6.sin6_port = 0;
-  if (mendFaultCheck("probe.connect")) { /* tests: the connect is lost as a SYN dropped by a full queue is */
-    close(fd);
-    *ok = 0;
-    return 1;
-  }
   if (src.sa.sa_family != p->dst.sa.sa_family || bind(fd, &src.sa, mendSocketAddrLen(&src)) != 0 ||
       (connect(fd, &p->dst.sa, mendSocketAddrLen(&p->dst)) != 0 && errno != EINPROGRESS)) {
     /* ENETUNREACH / EADDRNOTAVAIL: our NIC or its route is gone. */

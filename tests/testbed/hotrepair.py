@@ -36,13 +36,12 @@ RATE = "1gbit"
 
 
 def S(hosts, rails, ppn, tool, args, faults=(), expect=None, timeout=90, sigstop=None, starve=None, load=None,
-      note="", env=None):
+      note=""):
     """sigstop=(rank, at, secs); starve=(rank, at, secs, stopped_ms, running_ms): the rank is stopped
     and continued in that cycle (a rank that gets a fifth of a CPU, in bursts); load=(at, secs, n): n
-    busy processes compete for the machine's CPUs; env: more variables for every rank."""
+    busy processes compete for the machine's CPUs."""
     return dict(hosts=hosts, rails=rails, ppn=ppn, tool=tool, args=args.split(), faults=list(faults),
-                expect=expect or {}, timeout=timeout, sigstop=sigstop, starve=starve, load=load, note=note,
-                env=dict(env or {}))
+                expect=expect or {}, timeout=timeout, sigstop=sigstop, starve=starve, load=load, note=note)
 
 
 # fault: (at_seconds, kind, host, rail, *args); args as testbed.py's fault kinds take them.
@@ -87,11 +86,11 @@ SCENARIOS = {
     "cpu_load": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 60", [],
                   {"no_detect": True}, load=(1.5, 3.0, 6),
                   note="6 busy processes compete with the ranks for 3 s, links healthy: no failover"),
-    "last_path_probe_lost": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 45",
-                              [(1.0, "nic_down", 1, 0)], {"detect": "link", "resume": True, "last_kept": True},
-                              sigstop=(1, 2.5, 1.5), env={"MEND_FAULT_INJECT": "probe.connect:1+"},
-                              note="one NIC lost, then the peer stopped 1.5 s while every probe is lost: the "
-                                   "only live path is kept (MEND_LAST_PATH_TIMEOUT) and the job finishes"),
+    "last_path_blackhole": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 45",
+                             [(1.0, "nic_down", 1, 0), (2.5, "blackhole", 1, 1, 1.0)],
+                             {"detect": "link", "resume": True, "last_kept": True},
+                             note="one NIC lost, then the only path left black-holed for 1 s: its failed "
+                                  "probes keep it (MEND_LAST_PATH_TIMEOUT) and the job finishes"),
     "last_path": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 200",
                    [(1.5, "nic_down", 1, 0), (1.5, "nic_down", 1, 1)], {"fail_within": 20.0},
                    note="every path between the hosts dies: a clear error in bounded time"),
@@ -168,7 +167,6 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
     prog = os.path.join(builddir, "bin", sc["tool"])
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL", "NCCL_DEBUG_FILE": os.path.join(logdir, "mend.%p"),
            "LD_LIBRARY_PATH": os.path.join(builddir, "lib")}
-    env.update(sc["env"])
     t_setup = time.monotonic()
     with Testbed(sc["hosts"], sc["rails"], rate=RATE, prefix=prefix) as tb:
         before = tb.nic_counters()
