@@ -149,8 +149,7 @@ static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
   comm->commHash = mendHashCombine(all[0].nonce, (uint64_t)n);
   res = agreeCalib(comm, all);
   free(all);
-  if (res != ncclSuccess) return res;
-  return ncclSuccess;
+  return res;
 fail_free:
   free(all);
   return res;

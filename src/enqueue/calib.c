@@ -75,6 +75,18 @@ static int parseLine(char* line, int lineNo, struct mendCalib* c, char* err, siz
   return 0;
 }
 
+/* All channels together move at least what one does: 0, or -1 with err naming the kind. */
+static int checkOrder(const struct mendCalib* c, char* err, size_t errLen) {
+  for (int k = 0; k < MEND_CALIB_KINDS; k++) {
+    if (c->kind[k].bwMax < c->kind[k].bwChannel) {
+      snprintf(err, errLen, "%s.bw_max_gbs %g is below %s.bw_channel_gbs %g", kindNames[k], c->kind[k].bwMax,
+               kindNames[k], c->kind[k].bwChannel);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int mendCalibParse(const char* text, struct mendCalib* out, char* err, size_t errLen) {
   struct mendCalib c = *out;
   size_t len = strlen(text);
@@ -94,13 +106,7 @@ int mendCalibParse(const char* text, struct mendCalib* out, char* err, size_t er
     p = nl ? nl + 1 : NULL;
   }
   free(copy);
-  for (int k = 0; k < MEND_CALIB_KINDS && rc == 0; k++) {
-    if (c.kind[k].bwMax < c.kind[k].bwChannel) {
-      snprintf(err, errLen, "%s.bw_max_gbs %g is below %s.bw_channel_gbs %g", kindNames[k], c.kind[k].bwMax,
-               kindNames[k], c.kind[k].bwChannel);
-      rc = -1;
-    }
-  }
+  if (rc == 0) rc = checkOrder(&c, err, errLen);
   if (rc == 0) *out = c;
   return rc;
 }
@@ -126,14 +132,7 @@ int mendCalibCheck(const struct mendCalib* in, char* err, size_t errLen) {
       return -1;
     }
   }
-  for (int k = 0; k < MEND_CALIB_KINDS; k++) {
-    if (c.kind[k].bwMax < c.kind[k].bwChannel) {
-      snprintf(err, errLen, "%s.bw_max_gbs %g is below %s.bw_channel_gbs %g", kindNames[k], c.kind[k].bwMax,
-               kindNames[k], c.kind[k].bwChannel);
-      return -1;
-    }
-  }
-  return 0;
+  return checkOrder(&c, err, errLen);
 }
 
 int mendCalibEqual(const struct mendCalib* a, const struct mendCalib* b) {

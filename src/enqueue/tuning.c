@@ -42,9 +42,14 @@ static const struct mendCalib* calibOf(const struct ncclComm* comm) {
   return comm && comm->calib ? comm->calib : mendCalibGet();
 }
 
+/* The constants a cost query names; the process's when it names none (tests, offline planning). */
+static const struct mendCalib* calibIn(const struct mendCostIn* in) {
+  return in->calib ? in->calib : mendCalibGet();
+}
+
 /* The constants of a transport kind (calib.c: built in, or measured by mend-info --calibrate). */
 static const struct mendKindCost* kindCost(const struct mendCalib* c, int kind) {
-  return (c ? c : mendCalibGet())->kind + (kind < 0 || kind >= MEND_CALIB_KINDS ? MEND_TRANSPORT_NET : kind);
+  return c->kind + (kind < 0 || kind >= MEND_CALIB_KINDS ? MEND_TRANSPORT_NET : kind);
 }
 
 static const char* algoNames[MEND_NCCL_NUM_ALGOS] = {"Tree", "Ring", "CollNetDirect", "CollNetChain",
@@ -151,15 +156,14 @@ static int depthOf(int n) {
 
 /* The reduction part of an AllReduce's estimate (host CPU time, not wire time). */
 static double reduceUs(const struct mendCostIn* in, int algo) {
-  const struct mendCalib* cal = in->calib ? in->calib : mendCalibGet();
-  double S = (double)in->nBytes, n = in->nRanks, perUs = cal->reduceGBs * 1e3;
+  double S = (double)in->nBytes, n = in->nRanks, perUs = calibIn(in)->reduceGBs * 1e3;
   if (in->func != MEND_FUNC_ALLREDUCE || n <= 1) return 0;
   return (algo == MEND_ALGO_TREE ? S : (n - 1) / n * S) / perUs;
 }
 
 double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   int n = in->nRanks, kind = in->kind < 0 || in->kind > 2 ? MEND_TRANSPORT_NET : in->kind;
-  const struct mendCalib* cal = in->calib ? in->calib : mendCalibGet();
+  const struct mendCalib* cal = calibIn(in);
   const struct mendKindCost* k = kindCost(cal, kind);
   double bwMax = (kind == MEND_TRANSPORT_NET && in->netGBs > 0) ? in->netGBs : k->bwMax;
   double bw = in->nChannels * k->bwChannel;
