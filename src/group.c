@@ -28,6 +28,7 @@
 #include "misc/utils.h"
 
 #define SIM_INFO_MAGIC 0x74685283u
+#define SMALL_OPS 4 /* a call's arrays for up to this many operations live on the stack */
 
 struct groupJob {
   struct ncclComm* comm;         /* communicator being created */
@@ -227,10 +228,10 @@ static ncclResult_t collectJoins(struct mendPlan* plan, const struct mendOp* ops
 /* Build one plan per communicator, in the order communicators first appear. */
 static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPlan** plans, struct ncclComm** comms,
                                void** streams, int* nPlans) {
-  struct mendOp* mine = NULL;
+  struct mendOp *mine = NULL, mineLocal[SMALL_OPS];
   ncclResult_t res = ncclSuccess;
   *nPlans = 0;
-  MENDCHECK(MENDCALLOC(mine, nOps));
+  MENDCHECK(MENDLOCALCALLOC(mine, nOps, mineLocal));
   for (int i = 0; i < nOps; i++) {
     struct ncclComm* comm = ops[i].comm;
     int seen = 0;
@@ -248,7 +249,7 @@ static ncclResult_t buildPlans(const struct mendOp* ops, int nOps, struct mendPl
     (*nPlans)++;
   }
 exit:
-  free(mine);
+  MENDLOCALFREE(mine, mineLocal);
   return res;
 }
 
@@ -257,11 +258,11 @@ exit:
 static ncclResult_t runPlans(struct mendPlan** plans, struct ncclComm** comms, void* const* streams, int nPlans) {
   MENDCHECK(connectPlans(plans, nPlans));
   for (int i = 0; i < nPlans; i++) MENDCHECK(mendPlanResolve(plans[i]));
-  struct mendExecBatch* batches;
-  MENDCHECK(MENDCALLOC(batches, nPlans));
-  int* done;
-  if (mendCalloc((void**)&done, (size_t)nPlans, sizeof(int)) != ncclSuccess) {
-    free(batches);
+  struct mendExecBatch *batches, batchesLocal[SMALL_OPS];
+  MENDCHECK(MENDLOCALCALLOC(batches, nPlans, batchesLocal));
+  int *done, doneLocal[SMALL_OPS];
+  if (MENDLOCALCALLOC(done, nPlans, doneLocal) != ncclSuccess) {
+    MENDLOCALFREE(batches, batchesLocal);
     return ncclSystemError;
   }
   ncclResult_t res = ncclSuccess;
@@ -278,8 +279,8 @@ static ncclResult_t runPlans(struct mendPlan** plans, struct ncclComm** comms, v
     }
     res = ex->run(batches, n);
   }
-  free(done);
-  free(batches);
+  MENDLOCALFREE(done, doneLocal);
+  MENDLOCALFREE(batches, batchesLocal);
   return res;
 }
 
@@ -289,14 +290,14 @@ static ncclResult_t runOps(const struct mendOp* ops, int nOps, ncclSimInfo_t* si
     if (simInfo) simInfo->estimatedTime = 0.0f;
     return ncclSuccess;
   }
-  struct mendPlan** plans = NULL;
-  struct ncclComm** comms = NULL;
-  void** streams = NULL;
+  struct mendPlan **plans = NULL, *plansLocal[SMALL_OPS];
+  struct ncclComm **comms = NULL, *commsLocal[SMALL_OPS];
+  void **streams = NULL, *streamsLocal[SMALL_OPS];
   int nPlans = 0;
   ncclResult_t res;
-  MENDCHECKGOTO(MENDCALLOC(plans, nOps), res, exit);
-  MENDCHECKGOTO(MENDCALLOC(comms, nOps), res, exit);
-  MENDCHECKGOTO(MENDCALLOC(streams, nOps), res, exit);
+  MENDCHECKGOTO(MENDLOCALCALLOC(plans, nOps, plansLocal), res, exit);
+  MENDCHECKGOTO(MENDLOCALCALLOC(comms, nOps, commsLocal), res, exit);
+  MENDCHECKGOTO(MENDLOCALCALLOC(streams, nOps, streamsLocal), res, exit);
   MENDCHECKGOTO(buildPlans(ops, nOps, plans, comms, streams, &nPlans), res, exit);
   if (simInfo) {
     double worst = 0; /* communicators run side by side; one communicator's ops one after another */
@@ -307,9 +308,9 @@ static ncclResult_t runOps(const struct mendOp* ops, int nOps, ncclSimInfo_t* si
   }
 exit:
   for (int i = 0; i < nPlans; i++) mendPlanCacheRelease(comms[i], plans[i], res == ncclSuccess);
-  free(plans);
-  free(comms);
-  free(streams);
+  MENDLOCALFREE(plans, plansLocal);
+  MENDLOCALFREE(comms, commsLocal);
+  MENDLOCALFREE(streams, streamsLocal);
   return res;
 }
 

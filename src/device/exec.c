@@ -23,11 +23,11 @@ static ncclResult_t hostRun(struct mendExecBatch* batches, int nBatches) {
   int nWorks = 0, k = 0;
   for (int i = 0; i < nBatches; i++) nWorks += batches[i].nWorks;
   if (nWorks == 0) return ncclSuccess;
-  struct mendWork** works;
-  struct ncclComm** comms;
-  MENDCHECK(MENDCALLOC(works, nWorks));
-  if (mendCalloc((void**)&comms, (size_t)nBatches, sizeof(*comms)) != ncclSuccess) {
-    free(works);
+  struct mendWork **works, *worksLocal[32];
+  struct ncclComm **comms, *commsLocal[4];
+  MENDCHECK(MENDLOCALCALLOC(works, nWorks, worksLocal));
+  if (MENDLOCALCALLOC(comms, nBatches, commsLocal) != ncclSuccess) {
+    MENDLOCALFREE(works, worksLocal);
     return ncclSystemError;
   }
   for (int i = 0; i < nBatches; i++) {
@@ -35,8 +35,8 @@ static ncclResult_t hostRun(struct mendExecBatch* batches, int nBatches) {
     for (int w = 0; w < batches[i].nWorks; w++) works[k++] = batches[i].works + w;
   }
   ncclResult_t res = mendEngineRunHost(works, nWorks, comms, nBatches);
-  free(comms);
-  free(works);
+  MENDLOCALFREE(comms, commsLocal);
+  MENDLOCALFREE(works, worksLocal);
   return res;
 }
 

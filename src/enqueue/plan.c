@@ -37,12 +37,15 @@ static ncclResult_t plannerCreate(struct ncclComm* comm, const struct mendConnOp
   MENDCHECK(MENDCALLOC(pl, 1));
   pl->connOps = ops;
   pl->worstKind = -1;
-  comm->planner = pl;
+  __atomic_store_n(&comm->planner, pl, __ATOMIC_RELEASE);
   return ncclSuccess;
 }
 
+/* Made once, under the lock; after that every call of every operation reads it without one. */
 ncclResult_t mendPlannerGet(struct ncclComm* comm, struct mendPlanner** planner) {
   ncclResult_t res = ncclSuccess;
+  *planner = __atomic_load_n(&comm->planner, __ATOMIC_ACQUIRE);
+  if (*planner != NULL) return ncclSuccess;
   pthread_mutex_lock(&plannerLock);
   if (comm->planner == NULL) res = plannerCreate(comm, &transportOps);
   pthread_mutex_unlock(&plannerLock);

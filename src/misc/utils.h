@@ -31,6 +31,19 @@ ncclResult_t mendCalloc(void** ptr, size_t n, size_t size);
     mendCallocR_;                                                           \
   })
 
+/* n zeroed elements of `size` bytes for one call's own use: the caller's `local` array (of `localBytes`)
+ * when they fit, else the heap (mendCalloc); release with MENDLOCALFREE.  Small calls (one operation,
+ * a few works) then allocate nothing. */
+ncclResult_t mendLocalCalloc(void** ptr, size_t n, size_t size, void* local, size_t localBytes);
+#define MENDLOCALCALLOC(ptr, n, local) __extension__({                                          \
+    void* mendLocalP_ = NULL;                                                                   \
+    ncclResult_t mendLocalR_ = mendLocalCalloc(&mendLocalP_, (n), sizeof(*(ptr)), (local), sizeof(local)); \
+    (ptr) = (__typeof__(ptr))mendLocalP_;                                                        \
+    mendLocalR_;                                                                                \
+  })
+void mendLocalFree(void* p, const void* local);
+#define MENDLOCALFREE(ptr, local) mendLocalFree((ptr), (local))
+
 /* Host identity string (NCCL_HOSTID, else hostname:boot_id) and its hash; cached. */
 const char* mendHostId(void);
 uint64_t mendHostHash(void);
