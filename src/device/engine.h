@@ -159,6 +159,8 @@ ncclResult_t mendLoopbackCreate(int nRanks, int nChannels, size_t buffSize, stru
 struct ncclComm* mendLoopbackComm(struct mendLoopback* lb, int rank);
 /* Ring positions of channel c (position -> rank), for tests. */
 const int* mendLoopbackRing(struct mendLoopback* lb, int channel);
+/* The FIFO from sender to receiver on (channel, connIndex), NULL until connected; for tests. */
+struct mendFifo* mendLoopbackFifo(struct mendLoopback* lb, int channel, int connIndex, int sender, int receiver);
 void mendLoopbackDestroy(struct mendLoopback* lb);
 
 #ifdef __cplusplus

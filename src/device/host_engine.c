@@ -41,7 +41,7 @@ static void workBegin(struct mendWork* w) {
   mendWalkBegin(&w->st.walk, w->prog, &w->args);
 }
 
-/* ---- one step ---- */
+/* ---- posting ---- */
 
 static void ring(mendBell_t* bell) {
   if (bell) mendBellRing(bell);
@@ -113,6 +113,55 @@ static void sigWantClear(struct mendWork* w, struct mendConnector* rc, int peer)
   w->st.sigDone &= ~(1u << (MEND_PROG_MAX_PEERS + peer));
 }
 
+/* ---- latency lines (fifo.h) ---- */
+
+/* The latency line holding slot `head` of rc, or NULL: not written for it (yet), or not a line. */
+static const struct mendFifoLine* lineIn(const struct mendConnector* rc, uint64_t head) {
+  if (rc->kind == MEND_TRANSPORT_NET) return NULL; /* the proxy fills net FIFOs slot by slot */
+  const struct mendFifoLine* l = &rc->fifo->line[head % (uint64_t)rc->nSlots];
+  if (mendFifoLoad(&l->seq) != head + 1) return NULL;
+  return l->bytes <= MEND_FIFO_LINE_BYTES ? l : NULL;
+}
+
+/* Where a slot of `posted` bytes is written first: sc's latency line for slot `tail` when it fits
+ * (p2p and shm, MEND_SHM_LL), else the slot itself. */
+static char* postBuf(struct mendConnector* sc, uint64_t tail, uint64_t posted, char* slot) {
+  if (sc->kind == MEND_TRANSPORT_NET || posted > MEND_FIFO_LINE_BYTES || !mendParamShmLl()) return slot;
+  return sc->fifo->line[tail % (uint64_t)sc->nSlots].data;
+}
+
+/* Post slot `tail` of sc with `posted` bytes written at `buf` (postBuf): a latency line is published
+ * first and copied to the slot after, so every reader that does not look at lines sees a plain slot. */
+static void post(struct mendConnector* sc, uint64_t tail, uint64_t posted, char* buf, char* slot) {
+  if (buf != slot) {
+    struct mendFifoLine* l = &sc->fifo->line[tail % (uint64_t)sc->nSlots];
+    l->bytes = posted;
+    mendFifoStore(&l->seq, tail + 1);
+    memcpy(slot, buf, posted);
+  }
+  sc->fifo->bytes[tail % (uint64_t)sc->nSlots] = posted;
+  mendFifoStore(&sc->fifo->tail, tail + 1);
+  sendPosted(sc);
+}
+
+/* The slot at rc's head when it is full: *in and *got (its bytes); 0 when empty. */
+static int slotIn(struct mendConnector* rc, uint64_t head, const char** in, uint64_t* got) {
+  const struct mendFifoLine* l = lineIn(rc, head);
+  if (l != NULL) {
+    *in = l->data;
+    *got = l->bytes;
+    return 1;
+  }
+  if (mendFifoLoad(&rc->fifo->tail) <= head) mendProxyKick(rc); /* net: poll the Net from here */
+  if (mendFifoLoad(&rc->fifo->tail) <= head) return 0;
+  int slot = (int)(head % (uint64_t)rc->nSlots);
+  *got = rc->fifo->bytes[slot];
+  *in = rc->buff + (size_t)slot * rc->slotBytes;
+  return 1;
+}
+
+/* ---- one step ---- */
+
 static int tryStep(struct mendWork* w, ncclResult_t* res) {
   const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
   int seg = mendWalkSeg(&w->st.walk, w->prog);
@@ -123,14 +172,13 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   int sig = w->args.sig.magic != 0;
   int rFirst = rc && sig && !(w->st.sigDone >> s->recvPeer & 1);
   int sFirst = sc && sig && !(w->st.sigDone >> s->sendPeer & 1);
-  uint64_t rHead = 0, sTail = 0;
+  uint64_t rHead = 0, sTail = 0, got = 0;
   const char* in = NULL;
-  char* out = NULL;
+  char *out = NULL, *slot = NULL;
   size_t bytes = n * w->args.typeSize;
   if (rc) {
     rHead = mendFifoPeek(&rc->fifo->head);
-    if (mendFifoLoad(&rc->fifo->tail) <= rHead) mendProxyKick(rc); /* net: poll the Net from here */
-    if (mendFifoLoad(&rc->fifo->tail) <= rHead) {
+    if (!slotIn(rc, rHead, &in, &got)) {
       if (rFirst && !(w->st.sigDone >> (MEND_PROG_MAX_PEERS + s->recvPeer) & 1)) { /* see sigScan */
         union mendOpSigWords want = {.s = w->args.sig};
         for (int i = 0; i < MEND_OPSIG_BYTES / 8; i++) mendFifoStore(&rc->fifo->want[i], want.w[i]);
@@ -138,9 +186,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       }
       return 0;
     }
-    int slot = (int)(rHead % (uint64_t)rc->nSlots);
-    uint64_t got = rc->fifo->bytes[slot], want = bytes;
-    in = rc->buff + (size_t)slot * rc->slotBytes;
+    uint64_t want = bytes;
     if (rFirst) {
       if (sigCheck(w, rc, in, got, res) < 0) return -1;
       want = mendOpSigFramed(bytes, rc->slotBytes);
@@ -155,31 +201,28 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
     }
     if (got != want) return badBytes(w, rc, got, want, res);
   }
+  uint64_t posted = sFirst ? mendOpSigFramed(bytes, sc->slotBytes) : bytes;
   if (sc) {
     sTail = mendFifoPeek(&sc->fifo->tail);
     if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) mendProxyKick(sc); /* net: reap sends */
     if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) return 0;
-    out = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
-    if (sFirst && mendOpSigFramed(bytes, sc->slotBytes) == 0) { /* a full first slot: the signature goes alone */
-      memcpy(out, &w->args.sig, MEND_OPSIG_BYTES);
-      sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = MEND_OPSIG_BYTES;
-      mendFifoStore(&sc->fifo->tail, sTail + 1);
-      sendPosted(sc);
+    slot = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
+    if (sFirst && posted == 0) { /* a full first slot: the signature goes alone */
+      char* buf = postBuf(sc, sTail, MEND_OPSIG_BYTES, slot);
+      memcpy(buf, &w->args.sig, MEND_OPSIG_BYTES);
+      post(sc, sTail, MEND_OPSIG_BYTES, buf, slot);
       w->st.sigDone |= 1u << s->sendPeer;
       return 2;
     }
+    out = postBuf(sc, sTail, posted, slot);
   }
   moveData(w, s, seg, n, in, out);
   if (sc) {
-    uint64_t posted = bytes;
     if (sFirst) { /* the signature behind the data */
-      posted = mendOpSigFramed(bytes, sc->slotBytes);
       memcpy(out + posted - MEND_OPSIG_BYTES, &w->args.sig, MEND_OPSIG_BYTES);
       w->st.sigDone |= 1u << s->sendPeer;
     }
-    sc->fifo->bytes[sTail % (uint64_t)sc->nSlots] = posted;
-    mendFifoStore(&sc->fifo->tail, sTail + 1);
-    sendPosted(sc);
+    post(sc, sTail, posted, out, slot);
   }
   if (rc) {
     if (rFirst) w->st.sigDone |= 1u << s->recvPeer;
@@ -377,13 +420,39 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
   return moved;
 }
 
-/* Idle handling after a pass that moved nothing: spin (yielding), then sleep on a doorbell. */
+/* Idle handling after a pass that moved nothing: spin, then sleep on a doorbell.  While every rank of
+ * the host has a CPU, the spin polls with a pause instruction and yields (and reads the clock, checks
+ * the communicators) only every POLLS_PER_YIELD idle passes: an 8-byte hop takes a few hundred
+ * nanoseconds, about what one sched_yield costs here (365 ns).  Oversubscribed, every idle pass yields
+ * (the rank waited for needs this core). */
+#define POLLS_PER_YIELD 64
+
 struct idle {
   uint64_t since, warnAt; /* start of the idle period; next stall report */
   uint64_t scanAt;        /* next sigScan */
-  int64_t spinNs, stallMs; /* MEND_SPIN_US, MEND_STALL_WARN_MS */
+  int64_t spinNs, stallMs; /* MEND_SPIN_US or MEND_SPIN_OVERSUB_US, MEND_STALL_WARN_MS */
+  int oversub;            /* more ranks on this host than CPUs */
+  int armed;              /* the spin is over: the bells are read before each pass (a ring after the read
+                           * is never lost); while spinning they are not (a peer's ring then costs it no
+                           * wait for this core's copy of the bell's cache line) */
+  uint32_t polls;         /* idle passes of this idle period */
   int next;               /* bell to sleep on next */
 };
+
+static inline void cpuRelax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+/* 1: a short poll (a pause, then the next pass); 0: time for idleWait. */
+static int idlePoll(struct idle* id) {
+  if (id->since == 0 || id->oversub || (++id->polls % POLLS_PER_YIELD) == 0) return 0;
+  cpuRelax();
+  return 1;
+}
 
 static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struct ncclComm** comms, int nBells,
                      const uint32_t* seen) {
@@ -394,12 +463,17 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
     id->scanAt = now + SCAN_NS;
   }
   if ((int64_t)(now - id->since) < id->spinNs) {
-    sched_yield();
+    if (id->oversub || id->polls > 0) sched_yield(); /* not on the first idle pass of a period (idlePoll) */
+    else cpuRelax();
     return;
   }
   if (now >= id->warnAt) {
     reportStall(works, nWorks, (int64_t)((now - id->since) / 1000000));
     id->warnAt = now + (uint64_t)id->stallMs * 1000000ull;
+  }
+  if (!id->armed) { /* read the bells before one more pass, then sleep if it moves nothing */
+    id->armed = 1;
+    return;
   }
   if (nBells > 0 && comms[id->next]->bell != NULL) {
     mendBellWait(comms[id->next]->bell, seen[id->next], nBells == 1 ? 1000 : 100);
@@ -422,20 +496,19 @@ static int cpusAvailable(void) {
   return n;
 }
 
-/* How long an idle pass spins before sleeping: MEND_SPIN_OVERSUB_US when some communicator of the
- * run has more ranks on this host than this process has CPUs, MEND_SPIN_US otherwise. */
-static int64_t spinNsFor(struct ncclComm** comms, int nComms) {
+/* Some communicator of the run has more ranks on this host than this process has CPUs. */
+static int oversubscribed(struct ncclComm** comms, int nComms) {
   int cpus = cpusAvailable();
   for (int i = 0; i < nComms; i++) {
-    if (comms[i]->nLocalRanks > cpus) return mendParamSpinOversubUs() * 1000;
+    if (comms[i]->nLocalRanks > cpus) return 1;
   }
-  return mendParamSpinUs() * 1000;
+  return 0;
 }
 
 ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms) {
   ncclResult_t res = ncclSuccess;
-  int* active = NULL;
-  MENDCHECK(mendCalloc((void**)&active, (size_t)nWorks + 1, sizeof(int)));
+  int *active = NULL, activeLocal[64];
+  MENDCHECK(MENDLOCALCALLOC(active, (size_t)nWorks + 1, activeLocal));
   int nActive = 0;
   for (int i = 0; i < nWorks; i++) workBegin(works[i]);
   computeDeps(works, nWorks);
@@ -444,15 +517,18 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   }
   int nBells = nComms < MAX_BELLS ? nComms : MAX_BELLS;
   uint32_t seen[MAX_BELLS];
-  struct idle id = {.spinNs = spinNsFor(comms, nComms), .stallMs = mendParamStallWarnMs()};
+  struct idle id = {.oversub = oversubscribed(comms, nComms), .stallMs = mendParamStallWarnMs()};
+  id.spinNs = (id.oversub ? mendParamSpinOversubUs() : mendParamSpinUs()) * 1000;
   /* An operation is complete once every step ran: its sends sit in FIFO slots the transport
    * delivers on its own (finalize and destroy wait for them, mendTransportDrain). */
   while (nActive > 0) {
-    for (int b = 0; b < nBells; b++) seen[b] = comms[b]->bell ? mendBellRead(comms[b]->bell) : 0;
+    for (int b = 0; b < nBells && id.armed; b++) seen[b] = comms[b]->bell ? mendBellRead(comms[b]->bell) : 0;
     int64_t moved = pass(works, active, &nActive, &res);
     if (moved < 0) goto exit;
     if (moved > 0) {
       id.since = 0;
+      id.polls = 0;
+      id.armed = 0;
       continue;
     }
     if (nActive == 0) break;
@@ -467,6 +543,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
       }
       MENDCHECKGOTO(checkConns(works, active, nActive, 1), res, exit);
     }
+    if (idlePoll(&id)) continue;
     MENDCHECKGOTO(checkComms(comms, nComms), res, exit);
     if (id.since != 0 && mendTimeNs() >= id.scanAt) {
       MENDCHECKGOTO(sigScan(works, nWorks, comms, nComms, mendTimeNs() - id.since >= LATE_NS), res, exit);
@@ -475,6 +552,6 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
     idleWait(&id, works, nWorks, comms, nBells, seen);
   }
 exit:
-  free(active);
+  MENDLOCALFREE(active, activeLocal);
   return res;
 }

@@ -177,6 +177,16 @@ fail:
 struct ncclComm* mendLoopbackComm(struct mendLoopback* lb, int rank) { return lb->comms[rank]; }
 const int* mendLoopbackRing(struct mendLoopback* lb, int channel) { return lb->rings + (size_t)channel * lb->nRanks; }
 
+struct mendFifo* mendLoopbackFifo(struct mendLoopback* lb, int channel, int connIndex, int sender, int receiver) {
+  if (channel < 0 || channel >= lb->nChannels || connIndex < 0 || connIndex >= MEND_NCONN_INDEX || sender < 0 ||
+      sender >= lb->nRanks || receiver < 0 || receiver >= lb->nRanks)
+    return NULL;
+  pthread_mutex_lock(&lb->lock);
+  struct lbLink* l = *linkSlot(lb, channel, connIndex, sender, receiver);
+  pthread_mutex_unlock(&lb->lock);
+  return l ? &l->fifo : NULL;
+}
+
 void mendLoopbackDestroy(struct mendLoopback* lb) {
   if (lb == NULL) return;
   size_t nLinks = (size_t)lb->nChannels * MEND_NCONN_INDEX * lb->nRanks * lb->nRanks;

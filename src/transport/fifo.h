@@ -11,6 +11,17 @@
 
 #define MEND_FIFO_SLOTS 8 /* slots per connector (NCCL_STEPS) */
 
+/* A latency line (host engine, p2p and shm): a copy of a small slot's posted bytes in one cache line,
+ * written before the slot's counters, with seq = the slot's tail + 1 written last (release).  A
+ * consumer that sees seq == head + 1 has the slot's bytes with one cache miss instead of three (tail,
+ * bytes[], the slot); one that does not look (the CUDA kernel, the proxy) reads the slot as always. */
+#define MEND_FIFO_LINE_BYTES 48
+struct mendFifoLine {
+  uint64_t seq;                        /* tail + 1 of the slot it holds; 0: none yet */
+  uint64_t bytes;                      /* its posted bytes, at most MEND_FIFO_LINE_BYTES */
+  char data[MEND_FIFO_LINE_BYTES];     /* a copy of them */
+};
+
 struct mendFifo {
   uint64_t tail;                   /* slots posted by the producer */
   char pad0[64 - sizeof(uint64_t)];
@@ -21,6 +32,8 @@ struct mendFifo {
   uint64_t want[4];                /* the consumer's signature (struct mendOpSig) of the work waiting for
                                       its first slot: where both ends share the FIFO (p2p, shm), a stalled
                                       producer that runs another operation sees the mismatch */
+  uint64_t pad3[4];
+  struct mendFifoLine line[MEND_FIFO_SLOTS]; /* latency lines, one per slot (cache-line aligned) */
 };
 
 #if !defined(__CUDA_ARCH__)

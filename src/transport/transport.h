@@ -12,6 +12,9 @@
  *             buff + s * slotBytes, set bytes[s], then tail += 1 (release) and ring peerBell.
  *   consumer: slot s = head % nSlots is full when tail > head (acquire).  Read bytes[s] bytes,
  *             then head += 1 (release) and ring peerBell.
+ *   latency lines (fifo.h; host engine, p2p and shm): a slot of at most MEND_FIFO_LINE_BYTES is
+ *             first written to line[s] with seq = tail + 1, then to the slot as above; a consumer
+ *             that finds line[s].seq == head + 1 may take it from there before it sees tail move.
  * A slot's ready notification (tail) reaches the consumer exactly once and in order, even when
  * the net layer replays data after a failure.
  */

@@ -17,6 +17,9 @@
 #include "graph/graph.h"
 
 #define MEND_CONN_HDR_BYTES 4096 /* slot memory starts one page after the FIFO counters */
+_Static_assert(sizeof(struct mendFifo) <= MEND_CONN_HDR_BYTES, "the FIFO counters fit before the slots");
+_Static_assert(offsetof(struct mendFifo, line) % 64 == 0 && sizeof(struct mendFifoLine) == 64,
+               "each latency line is one cache line");
 #define MEND_SHM_NAME_LEN 64     /* POSIX shm names we build ("/mend-...") */
 
 /* A bell page: comm->bell lives in one so local peers in other processes can map it.  Peers in the

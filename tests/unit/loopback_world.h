@@ -66,6 +66,9 @@ class World {
     mendLoopbackDestroy(lb_);
   }
   ncclComm_t comm(int r) { return mendLoopbackComm(lb_, r); }
+  struct mendFifo* fifo(int channel, int connIndex, int sender, int receiver) {
+    return mendLoopbackFifo(lb_, channel, connIndex, sender, receiver);
+  }
   int n() const { return n_; }
 
  private:

@@ -24,6 +24,7 @@ extern "C" {
 #include "enqueue/tuning.h"
 #include "init.h"
 #include "misc/param.h"
+#include "transport/fifo.h"
 }
 
 #include "loopback_world.h"
@@ -349,6 +350,60 @@ TEST(EngineAllReduce, RecursiveDoubling) {
     World w(n, 3, 16 * 1024);
     for (int t : {ncclInt32, ncclFloat64, ncclFloat16}) {
       runColl(w, MEND_FUNC_ALLREDUCE, t, OP_SUM, 65537, n % 2, -1, "rd");
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Latency lines (transport/fifo.h): a small slot also goes as one cache line the receiver reads
+// first; a line that is not for the slot at the head (stale, or claiming more than a line) is ignored.
+static const int kConnColl = 0;  // MEND_CONN_COLL (transport.h is C only)
+
+static const struct mendFifoLine* usedLine(World& w, int sender, int receiver) {
+  for (int ch = 0; ch < 2; ch++) {
+    struct mendFifo* f = w.fifo(ch, kConnColl, sender, receiver);
+    if (f != nullptr && f->line[0].seq != 0) return &f->line[0];
+  }
+  return nullptr;
+}
+
+TEST(EngineLatencyLines, UsedOnlyWhenOnAndStaleLinesIgnored) {
+  ScopedEnv rd("MEND_RD", "1");
+  {
+    World w(2);
+    runColl(w, MEND_FUNC_ALLREDUCE, ncclFloat32, OP_SUM, 1, false, -1, "rd");
+    const struct mendFifoLine* l = usedLine(w, 0, 1);
+    ASSERT_NE(l, nullptr) << "an 8-byte AllReduce left no latency line";
+    EXPECT_EQ(l->seq, 1u);
+    EXPECT_EQ(l->bytes, 8u + MEND_OPSIG_BYTES);  // 4 bytes of data aligned to 8, then the signature
+  }
+  {
+    ScopedEnv off("MEND_SHM_LL", "0");
+    World w(2);
+    runColl(w, MEND_FUNC_ALLREDUCE, ncclFloat32, OP_SUM, 1, false, -1, "rd");
+    EXPECT_EQ(usedLine(w, 0, 1), nullptr) << "MEND_SHM_LL=0 still wrote a line";
+  }
+  // Lines the receiver must not take: for an older slot, or claiming more bytes than a line holds.
+  // The next slots go without lines (MEND_SHM_LL=0), so only the slots carry the data.
+  World w(2);
+  runColl(w, MEND_FUNC_ALLREDUCE, ncclFloat32, OP_SUM, 1, false, -1, "rd");
+  ASSERT_NE(usedLine(w, 0, 1), nullptr);
+  ASSERT_NE(usedLine(w, 1, 0), nullptr);
+  ScopedEnv off("MEND_SHM_LL", "0");
+  for (int sender = 0; sender < 2; sender++) {
+    for (int ch = 0; ch < 2; ch++) {
+      struct mendFifo* f = w.fifo(ch, kConnColl, sender, 1 - sender);
+      if (f == nullptr) continue;
+      f->line[1].seq = 1;  // stale: slot 1 is the second one (seq 2)
+      memset(f->line[1].data, 0x7f, sizeof f->line[1].data);
+      f->line[2].seq = 3;  // for the third slot, but too long to be a line
+      f->line[2].bytes = MEND_FIFO_LINE_BYTES + 8;
+      memset(f->line[2].data, 0x7f, sizeof f->line[2].data);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    for (int t : {ncclFloat32, ncclInt64}) {
+      runColl(w, MEND_FUNC_ALLREDUCE, t, OP_SUM, 1, false, -1, "rd");
       if (HasFailure()) return;
     }
   }
