@@ -56,6 +56,9 @@ def parse_args(argv):
                    help="set an environment variable in every rank (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not show other ranks' output on failure")
     p.add_argument("--all-output", action="store_true", help="show every rank's output, prefixed")
+    p.add_argument("--bind", action="store_true",
+                   help="pin rank r to the r-th CPU this process may use, modulo their number (as Open MPI "
+                        "binds ranks to cores); on this machine only")
     p.add_argument("prog", nargs="?", help="program to run")
     # (argparse counts a REMAINDER positional as required in its error messages: it is not.)
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments").required = False
@@ -83,6 +86,8 @@ def parse_args(argv):
             die("-np %d must be a multiple of --hosts %d" % (a.np, a.hosts))
         if a.rails < 1:
             die("--rails must be at least 1")
+        if a.bind:
+            die("--bind is for ranks on this machine, not the testbed")
     elif a.fault or a.counters or a.rate:
         die("--fault, --counters and --rate need --hosts (the testbed)")
     return a
@@ -148,6 +153,14 @@ class LocalRun:
         env.update(self.a.env)
         return env
 
+    def pin(self, rank):
+        """Keyword arguments for Popen that pin `rank` to one CPU (--bind), else none."""
+        if not self.a.bind:
+            return {}
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu = cpus[rank % len(cpus)]
+        return {"preexec_fn": lambda: os.sched_setaffinity(0, {cpu})}
+
     def start(self):
         comm_port, ctrl_port = free_ports(2)
         for r in range(self.a.np):
@@ -155,18 +168,18 @@ class LocalRun:
             argv = [self.prog] + self.a.args
             if self.a.all_output:
                 p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, **self.pin(r))
                 t = threading.Thread(target=pump, args=(p.stdout, "[%d] " % r, sys.stdout), daemon=True)
                 t.start()
                 self.threads.append(t)
                 self.logs.append(None)
             elif r == 0:
-                p = subprocess.Popen(argv, env=env, start_new_session=True)
+                p = subprocess.Popen(argv, env=env, start_new_session=True, **self.pin(r))
                 self.logs.append(None)
             else:
                 log = open(os.path.join(self.tmp, "rank%d.log" % r), "w+b")
                 p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, **self.pin(r))
                 self.logs.append(log)
             self.procs.append(p)
 

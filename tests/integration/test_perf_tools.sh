@@ -10,7 +10,7 @@
 #    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
 #  - failover_perf: --selftest (parsing, summary) and a short loop on a 2x2 testbed (root only)
 #  - compare.py on a tiny sweep with every peer whose library is installed (make builds them)
-#  - mend-run propagates exit codes and timeouts; its usage with no arguments or no program
+#  - mend-run propagates exit codes and timeouts; its usage with no arguments or no program; --bind
 # Every command runs under a timeout, so a hang is a failure, not a stuck test run.
 set -u
 cd "$(dirname "$0")/../.."
@@ -191,6 +191,16 @@ run mendrun_ranks "$RUN" -np 3 --all-output sh -c 'echo "rank=$RANK of $WORLD_SI
 if [ "$rc" -eq 0 ] && [ "$(grep -c 'rank=[0-2] of 3 local=[0-2] id=127.0.0.1:[0-9]' "$TMP/mendrun_ranks.out")" -eq 3 ] &&
    [ "$(grep -o 'id=[0-9.:]*' "$TMP/mendrun_ranks.out" | sort -u | wc -l)" -eq 1 ]; then ok mendrun_ranks
 else notok mendrun_ranks "$TMP/mendrun_ranks.out"; fi
+# --bind: rank r runs on the r-th allowed CPU (mod their number), each on exactly one.
+run mendrun_bind "$RUN" -np 3 --bind --all-output python3 -c 'import os; print("rank", os.environ["RANK"], "cpus", sorted(os.sched_getaffinity(0)))'
+ncpu=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+want=$(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(" ".join("rank %d cpus [%d]" % (r, c[r % len(c)]) for r in range(3)))')
+got=$(sed -n 's/^\[[0-9]*\] //p' "$TMP/mendrun_bind.out" | sort | tr '\n' ' ' | sed 's/ $//')
+if [ "$rc" -eq 0 ] && [ "$got" = "$want" ]; then ok mendrun_bind "$ncpu CPUs"
+else echo "    want: $want" >> "$TMP/mendrun_bind.out"; notok mendrun_bind "$TMP/mendrun_bind.out"; fi
+run mendrun_bind_testbed "$RUN" -np 2 --hosts 2 --bind true
+if [ "$rc" -eq 2 ] && grep -q -- '--bind is for ranks on this machine' "$TMP/mendrun_bind_testbed.out"; then ok mendrun_bind_testbed
+else notok mendrun_bind_testbed "$TMP/mendrun_bind_testbed.out"; fi
 run mendrun_exitcode "$RUN" -np 3 sh -c '[ "$RANK" = 2 ] && exit 7; exit 0'
 if [ "$rc" -eq 7 ] && grep -q "rank 2 exited with 7" "$TMP/mendrun_exitcode.out"; then ok mendrun_exitcode
 else notok mendrun_exitcode "$TMP/mendrun_exitcode.out"; fi
