@@ -2,8 +2,8 @@
  * mend-sim: a collective's time on a rail-optimised cluster, simulated by SimGrid from the programs
  * Mend's planner emits for every rank (plan_offline.h), interpreted step by step with the
  * executors' own walker (device/walk.h): every step that receives waits for its segment from the
- * peer's mailbox, every step that sends posts its segment (asynchronously, as a FIFO slot) to the
- * next one; a segment's bytes travel over the sender's NIC, the rail, and the receiver's NIC.
+ * peer, every step that sends posts its segment (asynchronously, as a FIFO slot) to the next one; a
+ * segment's bytes travel over the sender's NIC, the rail, and the receiver's NIC.
  *
  *   mend-sim --topo FILE [-e LINE]... [--bytes N] [--replan MODE] [--latency-us L] [--goodput F]
  *            [--shm-gbps R]
@@ -11,8 +11,16 @@
  * Platform (sim/README.md): per server and NIC a host and two links (up, down; line rate x goodput,
  * latency L); NIC d of one server reaches NIC d of another through rail d's leaf (non-blocking:
  * no link of its own), other NICs through a spine link; NICs of one server reach each other
- * through the server's shared-memory link.  A work runs on the host of the NIC its sends use
- * (mendReplanHopNic, the rail re-planning models).
+ * through the server's shared-memory link.
+ *
+ * NICs per hop: a connector's bytes use the NIC of its own hop.  A hop from rank a to rank b on
+ * channel c between servers uses device d = mendReplanHopNic(c, a, b) at both ends (the rail
+ * re-planning models; the resilient net pairs NIC i with NIC i): the sending work moves (actor
+ * migration, no simulated time) to host h<server(a)>_<d> before it posts the segment, whose route
+ * is fixed when it starts; the segment goes to the connector's receiver, an actor on
+ * h<server(b)>_<d> that takes it and tells the receiving work through a semaphore (no bytes, no
+ * link).  A hop within a server, or one with no NIC (d < 0), uses the work's home host: the NIC of
+ * its first inter-server hop (the shared-memory link between two works of a server).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -21,10 +29,12 @@
 #include <unistd.h>
 
 #include <simgrid/actor.h>
+#include <simgrid/barrier.h>
 #include <simgrid/comm.h>
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
 #include <simgrid/mailbox.h>
+#include <simgrid/semaphore.h>
 
 #include "device/reduce.h"
 #include "device/walk.h"
@@ -48,10 +58,15 @@ struct simWork {
   struct mendProgram* prog; /* copied from the plan */
   struct mendWorkArgs args; /* window and chunk (fitted to a slot as mendPlanResolve does) */
   int rank, channel;
+  sg_host_t home;                        /* the NIC of its first inter-server hop (workNic) */
+  sg_host_t hop[MEND_PROG_MAX_PEERS];    /* per connector: the host of its hop's NIC at this rank */
+  int nRecv[MEND_PROG_MAX_PEERS];        /* per receive connector: segments it carries */
+  sg_sem_t arrived[MEND_PROG_MAX_PEERS]; /* per receive connector: segments its receiver took */
 };
 
 static struct simWork* works;
 static int nWorks;
+static sg_bar_t ready; /* every receiver and work: no segment is posted before every receiver listens */
 
 static int usage(const char* why) {
   fprintf(stderr, "mend-sim: %s\nusage: mend-sim --topo FILE [-e LINE]... [--bytes N] [--replan MODE] "
@@ -171,7 +186,26 @@ static void fifoDrain(struct simFifo* f) {
     for (; f->used[p] > 0; f->used[p]--, f->head[p] = (f->head[p] + 1) % SIM_SLOTS) sg_comm_wait(f->slot[p][f->head[p]]);
 }
 
-/* One work: walk its program; a receive waits for the peer's segment, a send posts one. */
+/* A receive connector's receiver, on the host of its hop's NIC: the permanent receiver of the
+ * connector's mailbox (segments flow as soon as they are posted, TCP streams), it takes each
+ * segment and tells the work. */
+static void recvMain(int argc, char** argv) {
+  struct simWork* w = works + atoi(argv[0]);
+  int peer = atoi(argv[1]);
+  const struct mendProgPeer* pp = w->prog->peers + peer;
+  char name[64];
+  mailboxName(name, sizeof(name), w->channel, pp->connIndex, pp->rank, w->rank);
+  sg_mailbox_set_receiver(name);
+  sg_barrier_wait(ready);
+  sg_mailbox_t box = sg_mailbox_by_name(name);
+  for (int i = 0; i < w->nRecv[peer]; i++) {
+    sg_mailbox_get(box);
+    sg_sem_release(w->arrived[peer]);
+  }
+}
+
+/* One work: walk its program; a receive waits for its receiver to have taken the peer's segment,
+ * a send posts one from the host of the hop's NIC. */
 static void workMain(int argc, char** argv) {
   struct simWork* w = works + atoi(argv[0]);
   const struct mendProgram* p = w->prog;
@@ -179,23 +213,17 @@ static void workMain(int argc, char** argv) {
   struct simFifo fifo;
   memset(&fifo, 0, sizeof(fifo));
   char name[64];
-  for (int i = 0; i < p->nPeers; i++) { /* eager: segments flow as soon as they are posted (TCP streams) */
-    if (p->peers[i].dir != MEND_RECV) continue;
-    mailboxName(name, sizeof(name), w->channel, p->peers[i].connIndex, p->peers[i].rank, w->rank);
-    sg_mailbox_set_receiver(name);
-  }
+  sg_host_t here = w->home;
+  sg_barrier_wait(ready);
   mendWalkBegin(&walk, p, &w->args);
   while (!walk.done) {
     const struct mendProgStep* s = p->steps + walk.step;
     int seg = mendWalkSeg(&walk, p);
     uint64_t bytes = mendWalkSegLen(&walk, p, &w->args, seg) * w->args.typeSize;
-    if (bytes > 0 && (s->op & MEND_STEP_RECV)) {
-      const struct mendProgPeer* pp = p->peers + s->recvPeer;
-      mailboxName(name, sizeof(name), w->channel, pp->connIndex, pp->rank, w->rank);
-      sg_mailbox_get(sg_mailbox_by_name(name));
-    }
+    if (bytes > 0 && (s->op & MEND_STEP_RECV)) sg_sem_acquire(w->arrived[s->recvPeer]);
     if (bytes > 0 && (s->op & MEND_STEP_SEND)) {
       const struct mendProgPeer* pp = p->peers + s->sendPeer;
+      if (w->hop[s->sendPeer] != here) sg_actor_set_host(sg_actor_self(), here = w->hop[s->sendPeer]);
       mailboxName(name, sizeof(name), w->channel, pp->connIndex, w->rank, pp->rank);
       fifoPost(&fifo, s->sendPeer, sg_mailbox_by_name(name), w, bytes);
     }
@@ -204,18 +232,58 @@ static void workMain(int argc, char** argv) {
   fifoDrain(&fifo);
 }
 
-/* The NIC a work's traffic uses at this rank: the rail of its first hop to or from another server. */
-static int workNic(struct mendOffline* off, const struct simWork* w) {
+/* Per receive connector, the segments its work takes (walked once, as workMain walks). */
+static void countRecvs(struct simWork* w) {
+  const struct mendProgram* p = w->prog;
+  struct mendWalk walk;
+  memset(w->nRecv, 0, sizeof(w->nRecv));
+  mendWalkBegin(&walk, p, &w->args);
+  while (!walk.done) {
+    const struct mendProgStep* s = p->steps + walk.step;
+    if ((s->op & MEND_STEP_RECV) && mendWalkSegLen(&walk, p, &w->args, mendWalkSeg(&walk, p)) > 0)
+      w->nRecv[s->recvPeer]++;
+    mendWalkAdvance(&walk, p, &w->args);
+  }
+}
+
+/* The NIC (device) a connector's hop uses, the same at both ends: -1 for a peer on this server or
+ * a hop with no NIC. */
+static int hopNic(struct mendOffline* off, const struct simWork* w, const struct mendProgPeer* pp) {
   const struct mendPlanView* v = mendOfflineView(off);
   const struct mendViewHealth* h = mendOfflineHealth(off);
   int me = w->rank;
+  if (mendOfflineServer(off, pp->rank) == mendOfflineServer(off, me)) return -1;
+  int d = pp->dir == MEND_SEND ? mendReplanHopNic(v, h, w->channel, me, pp->rank)
+                               : mendReplanHopNic(v, h, w->channel, pp->rank, me);
+  return d >= 0 ? d : -1;
+}
+
+/* A work's home NIC: the rail of its first hop to or from another server. */
+static int workNic(struct mendOffline* off, const struct simWork* w) {
   for (int i = 0; i < w->prog->nPeers; i++) {
-    const struct mendProgPeer* pp = w->prog->peers + i;
-    if (mendOfflineServer(off, pp->rank) == mendOfflineServer(off, me)) continue;
-    int d = pp->dir == MEND_SEND ? mendReplanHopNic(v, h, w->channel, me, pp->rank)
-                                 : mendReplanHopNic(v, h, w->channel, pp->rank, me);
+    int d = hopNic(off, w, w->prog->peers + i);
     if (d >= 0) return d;
   }
+  return 0;
+}
+
+static sg_host_t nicHost(struct mendOffline* off, int rank, int nic) {
+  char host[32];
+  snprintf(host, sizeof(host), "h%d_%d", mendOfflineServer(off, rank), nic);
+  return sg_host_by_name(host);
+}
+
+/* A work's hosts (home, per connector its hop's) and its receivers' semaphores. */
+static int placeWork(struct mendOffline* off, struct simWork* w) {
+  w->home = nicHost(off, w->rank, workNic(off, w));
+  if (w->home == NULL) return -1;
+  for (int i = 0; i < w->prog->nPeers; i++) {
+    int d = hopNic(off, w, w->prog->peers + i);
+    w->hop[i] = d >= 0 ? nicHost(off, w->rank, d) : w->home;
+    if (w->hop[i] == NULL) return -1;
+    w->arrived[i] = w->prog->peers[i].dir == MEND_RECV ? sg_sem_init(0) : NULL;
+  }
+  countRecvs(w);
   return 0;
 }
 
@@ -250,15 +318,27 @@ static int collectWorks(struct mendOffline* off, const struct mendOp* op) {
   return 0;
 }
 
+/* Per receive connector a receiver on its hop's host, then the works on their home hosts; the
+ * barrier lets every receiver listen before a segment is posted, so each segment starts, on its
+ * hop's route, as it is posted. */
 static int startActors(struct mendOffline* off, const struct simOpts* o) {
-  char host[32], idx[16];
+  char idx[16], peer[16];
+  unsigned nActors = (unsigned)nWorks;
   for (int i = 0; i < nWorks; i++) {
-    snprintf(host, sizeof(host), "h%d_%d", mendOfflineServer(off, works[i].rank), workNic(off, works + i));
+    if (placeWork(off, works + i) != 0) return -1;
+    for (int j = 0; j < works[i].prog->nPeers; j++) nActors += works[i].prog->peers[j].dir == MEND_RECV;
+  }
+  ready = sg_barrier_init(nActors);
+  for (int i = 0; i < nWorks; i++) {
     snprintf(idx, sizeof(idx), "%d", i);
+    for (int j = 0; j < works[i].prog->nPeers; j++) {
+      if (works[i].prog->peers[j].dir != MEND_RECV) continue;
+      snprintf(peer, sizeof(peer), "%d", j);
+      const char* args[] = {idx, peer, NULL};
+      sg_actor_create_("recv", works[i].hop[j], recvMain, 2, args);
+    }
     const char* args[] = {idx, NULL};
-    sg_host_t hst = sg_host_by_name(host);
-    if (hst == NULL) return -1;
-    sg_actor_create_("work", hst, workMain, 1, args);
+    sg_actor_create_("work", works[i].home, workMain, 1, args);
   }
   return 0;
 }
@@ -293,10 +373,15 @@ int main(int argc, char** argv) {
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
   simgrid_run();
   double t = simgrid_get_clock();
+  sg_barrier_destroy(ready);
   double busbw = n > 1 ? 2.0 * (n - 1) / n * (double)o.bytes / t / 1e9 : 0;
   printf("ranks %d works %d allreduce %zu bytes schedule %s simulated %.6f s busbw %.4f GB/s\n", n, nWorks, o.bytes,
          ch.costUs[MEND_REPLAN_BALANCE] < 0 ? "ring/tree" : mendReplanName(ch.replan), t, busbw);
-  for (int i = 0; i < nWorks; i++) free(works[i].prog);
+  for (int i = 0; i < nWorks; i++) {
+    for (int j = 0; j < works[i].prog->nPeers; j++)
+      if (works[i].arrived[j]) sg_sem_destroy(works[i].arrived[j]);
+    free(works[i].prog);
+  }
   free(works);
   mendOfflineFree(off);
   return 0;
