@@ -2,25 +2,33 @@
  * mend-sim: a collective's time on a rail-optimised cluster, simulated by SimGrid from the programs
  * Mend's planner emits for every rank (plan_offline.h), interpreted step by step with the
  * executors' own walker (device/walk.h): every step that receives waits for its segment from the
- * peer, every step that sends posts its segment (asynchronously, as a FIFO slot) to the next one; a
- * segment's bytes travel over the sender's NIC, the rail, and the receiver's NIC.
+ * peer, every step that sends queues its segment on the connector to the next one; a segment's
+ * bytes travel over the sender's NIC, the rail, and the receiver's NIC.
  *
  *   mend-sim --topo FILE [-e LINE]... [--bytes N] [--replan MODE] [--latency-us L] [--goodput F]
  *            [--shm-gbps R]
  *
- * Platform (sim/README.md): per server and NIC a host and two links (up, down; line rate x goodput,
- * latency L); NIC d of one server reaches NIC d of another through rail d's leaf (non-blocking:
- * no link of its own), other NICs through a spine link; NICs of one server reach each other
- * through the server's shared-memory link.
+ * Platform (sim/README.md): per server and NIC a host and two links (up, down; line rate x goodput);
+ * NIC d of one server reaches NIC d of another through rail d's leaf (non-blocking: no link of its
+ * own), other NICs through a spine link; NICs of one server reach each other through the server's
+ * shared-memory link.  The links carry no latency: a route's (L per NIC link, 1 us through the
+ * spine or within a server) is added when a segment is delivered (routeLatency).
+ *
+ * Connectors are TCP streams: one sender actor per send connector puts its segments one after
+ * another, in posting order, each with a blocking put (so at most one segment of a connector is on
+ * the wire, and a stream's bytes do not share its links with themselves); the connector's receiver
+ * delivers each segment to the receiving work the route's latency after its last byte left (the
+ * stream's next segment is already flowing then: latency is paid once per segment's path, not
+ * between segments).  The FIFO: the work queues a segment to its sender (a ring and semaphores, no
+ * simulated time, no link) and blocks only while SIM_SLOTS of its segments are not yet delivered.
  *
  * NICs per hop: a connector's bytes use the NIC of its own hop.  A hop from rank a to rank b on
  * channel c between servers uses device d = mendReplanHopNic(c, a, b) at both ends (the rail
- * re-planning models; the resilient net pairs NIC i with NIC i): the sending work moves (actor
- * migration, no simulated time) to host h<server(a)>_<d> before it posts the segment, whose route
- * is fixed when it starts; the segment goes to the connector's receiver, an actor on
- * h<server(b)>_<d> that takes it and tells the receiving work through a semaphore (no bytes, no
- * link).  A hop within a server, or one with no NIC (d < 0), uses the work's home host: the NIC of
- * its first inter-server hop (the shared-memory link between two works of a server).
+ * re-planning models; the resilient net pairs NIC i with NIC i): the connector's sender is on host
+ * h<server(a)>_<d>, its receiver on h<server(b)>_<d>, and the receiver tells the receiving work
+ * through a semaphore (no bytes, no link).  A hop within a server, or one with no NIC (d < 0),
+ * uses the work's home host: the NIC of its first inter-server hop (the shared-memory link between
+ * two works of a server).  Works stay on their home hosts; their sends and receives overlap.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -54,18 +62,34 @@ struct simOpts {
   double shmGbps;    /* a server's shared-memory link */
 };
 
+/* A send connector's FIFO: the work queues up to SIM_SLOTS segments ahead of its receiver (the
+ * transport's flow control); its sender takes them in order. */
+#define SIM_SLOTS 8
+struct simStream {
+  uint64_t bytes[SIM_SLOTS]; /* queued segments' sizes, a ring: the work writes at tail */
+  int head, tail;            /* the sender reads at head */
+  double sent[SIM_SLOTS];    /* when each segment's last byte left (a ring, in order) */
+  int nSent, nTaken;         /* written by the sender, read by the receiver */
+  sg_host_t from;            /* the sender's host */
+  sg_sem_t free;             /* slots whose segment is not yet delivered (a sender's credit) */
+  sg_sem_t queued;           /* segments queued and not yet taken by the sender */
+  sg_sem_t landed;           /* segments whose bytes have all crossed, not yet delivered */
+};
+
 struct simWork {
   struct mendProgram* prog; /* copied from the plan */
   struct mendWorkArgs args; /* window and chunk (fitted to a slot as mendPlanResolve does) */
   int rank, channel;
   sg_host_t home;                        /* the NIC of its first inter-server hop (workNic) */
   sg_host_t hop[MEND_PROG_MAX_PEERS];    /* per connector: the host of its hop's NIC at this rank */
-  int nRecv[MEND_PROG_MAX_PEERS];        /* per receive connector: segments it carries */
+  int nSegs[MEND_PROG_MAX_PEERS];        /* per connector: segments it carries */
   sg_sem_t arrived[MEND_PROG_MAX_PEERS]; /* per receive connector: segments its receiver took */
+  struct simStream out[MEND_PROG_MAX_PEERS]; /* per send connector: its FIFO */
 };
 
 static struct simWork* works;
 static int nWorks;
+static double linkLatency; /* seconds, per NIC link (up or down) */
 static sg_bar_t ready; /* every receiver and work: no segment is posted before every receiver listens */
 
 static int usage(const char* why) {
@@ -123,12 +147,12 @@ static int writePlatform(FILE* f, const struct simOpts* o) {
     for (int d = 0; d < N; d++) fprintf(f, "<host id=\"h%d_%d\" speed=\"1Gf\"/>\n", s, d);
   for (int s = 0; s < S; s++) {
     for (int d = 0; d < N; d++) {
-      fprintf(f, "<link id=\"u%d_%d\" bandwidth=\"%.6fGbps\" latency=\"%.3fus\"/>\n", s, d, gbps, o->latencyUs);
-      fprintf(f, "<link id=\"d%d_%d\" bandwidth=\"%.6fGbps\" latency=\"%.3fus\"/>\n", s, d, gbps, o->latencyUs);
+      fprintf(f, "<link id=\"u%d_%d\" bandwidth=\"%.6fGbps\" latency=\"0\"/>\n", s, d, gbps);
+      fprintf(f, "<link id=\"d%d_%d\" bandwidth=\"%.6fGbps\" latency=\"0\"/>\n", s, d, gbps);
     }
-    fprintf(f, "<link id=\"shm%d\" bandwidth=\"%.3fGbps\" latency=\"1us\"/>\n", s, o->shmGbps);
+    fprintf(f, "<link id=\"shm%d\" bandwidth=\"%.3fGbps\" latency=\"0\"/>\n", s, o->shmGbps);
   }
-  fprintf(f, "<link id=\"spine\" bandwidth=\"%.3fGbps\" latency=\"1us\" sharing_policy=\"FATPIPE\"/>\n", gbps * S * N);
+  fprintf(f, "<link id=\"spine\" bandwidth=\"%.3fGbps\" latency=\"0\" sharing_policy=\"FATPIPE\"/>\n", gbps * S * N);
   for (int a = 0; a < S * N; a++) {
     for (int b = 0; b < S * N; b++) {
       int sa = a / N, da = a % N, sb = b / N, db = b % N;
@@ -159,36 +183,53 @@ static int loadPlatform(const struct simOpts* o) {
   return bad ? -1 : 0;
 }
 
+/* The latency of the route between two hosts (the platform's links carry none: a segment is
+ * delivered this long after its last byte left): up and down (and the spine), 1 us in a server. */
+static double routeLatency(sg_host_t a, sg_host_t b) {
+  int sa, da, sb, db;
+  if (sscanf(sg_host_get_name(a), "h%d_%d", &sa, &da) != 2 || sscanf(sg_host_get_name(b), "h%d_%d", &sb, &db) != 2)
+    return 0;
+  if (sa == sb) return 1e-6;
+  return 2 * linkLatency + (da == db ? 0 : 1e-6);
+}
+
 static void mailboxName(char* buf, size_t len, int channel, int connIndex, int from, int to) {
   snprintf(buf, len, "m%d_%d_%d_%d", channel, connIndex, from, to);
 }
 
-/* Sends in flight per connector: a FIFO of SIM_SLOTS slots, so a sender runs at most that far
- * ahead of its receiver (the transport's flow control). */
-#define SIM_SLOTS 8
-struct simFifo {
-  sg_comm_t slot[MEND_PROG_MAX_PEERS][SIM_SLOTS]; /* per send connector, oldest at head */
-  int head[MEND_PROG_MAX_PEERS], used[MEND_PROG_MAX_PEERS];
-};
-
-static void fifoPost(struct simFifo* f, int peer, sg_mailbox_t box, void* payload, uint64_t bytes) {
-  if (f->used[peer] == SIM_SLOTS) { /* wait for the oldest slot to be consumed */
-    sg_comm_wait(f->slot[peer][f->head[peer]]);
-    f->head[peer] = (f->head[peer] + 1) % SIM_SLOTS;
-    f->used[peer]--;
-  }
-  f->slot[peer][(f->head[peer] + f->used[peer]) % SIM_SLOTS] = sg_mailbox_put_async(box, payload, (long)bytes);
-  f->used[peer]++;
+/* Queue a segment (no simulated time, no link): wait while SIM_SLOTS are outstanding. */
+static void streamPost(struct simStream* q, uint64_t bytes) {
+  sg_sem_acquire(q->free);
+  q->bytes[q->tail] = bytes;
+  q->tail = (q->tail + 1) % SIM_SLOTS;
+  sg_sem_release(q->queued);
 }
 
-static void fifoDrain(struct simFifo* f) {
-  for (int p = 0; p < MEND_PROG_MAX_PEERS; p++)
-    for (; f->used[p] > 0; f->used[p]--, f->head[p] = (f->head[p] + 1) % SIM_SLOTS) sg_comm_wait(f->slot[p][f->head[p]]);
+/* A send connector's sender, on the host of its hop's NIC: one TCP stream, so it puts the queued
+ * segments one after another, in order, each a blocking put to the receiver's mailbox (over
+ * latency-free links: the stream's next bytes follow its last ones), and tells the receiver when
+ * the last byte left. */
+static void sendMain(int argc, char** argv) {
+  struct simWork* w = works + atoi(argv[0]);
+  int peer = atoi(argv[1]);
+  const struct mendProgPeer* pp = w->prog->peers + peer;
+  struct simStream* q = w->out + peer;
+  char name[64];
+  mailboxName(name, sizeof(name), w->channel, pp->connIndex, w->rank, pp->rank);
+  sg_mailbox_t box = sg_mailbox_by_name(name);
+  for (int i = 0; i < w->nSegs[peer]; i++) {
+    sg_sem_acquire(q->queued);
+    uint64_t bytes = q->bytes[q->head];
+    q->head = (q->head + 1) % SIM_SLOTS;
+    sg_mailbox_put(box, q, (long)bytes);
+    q->sent[q->nSent++ % SIM_SLOTS] = simgrid_get_clock();
+    sg_sem_release(q->landed);
+  }
 }
 
 /* A receive connector's receiver, on the host of its hop's NIC: the permanent receiver of the
- * connector's mailbox (segments flow as soon as they are posted, TCP streams), it takes each
- * segment and tells the work. */
+ * connector's mailbox (segments flow as soon as they are sent), it takes each segment and
+ * delivers it to the work the route's latency after its last byte left, freeing its FIFO slot. */
 static void recvMain(int argc, char** argv) {
   struct simWork* w = works + atoi(argv[0]);
   int peer = atoi(argv[1]);
@@ -198,22 +239,22 @@ static void recvMain(int argc, char** argv) {
   sg_mailbox_set_receiver(name);
   sg_barrier_wait(ready);
   sg_mailbox_t box = sg_mailbox_by_name(name);
-  for (int i = 0; i < w->nRecv[peer]; i++) {
-    sg_mailbox_get(box);
+  for (int i = 0; i < w->nSegs[peer]; i++) {
+    struct simStream* q = sg_mailbox_get(box);
+    sg_sem_acquire(q->landed);
+    double due = q->sent[q->nTaken++ % SIM_SLOTS] + routeLatency(q->from, sg_host_self());
+    if (due > simgrid_get_clock()) sg_actor_sleep_for(due - simgrid_get_clock());
     sg_sem_release(w->arrived[peer]);
+    sg_sem_release(q->free);
   }
 }
 
-/* One work: walk its program; a receive waits for its receiver to have taken the peer's segment,
- * a send posts one from the host of the hop's NIC. */
+/* One work, on its home host: walk its program; a receive waits for its receiver to have taken
+ * the peer's segment, a send queues one to the connector's sender. */
 static void workMain(int argc, char** argv) {
   struct simWork* w = works + atoi(argv[0]);
   const struct mendProgram* p = w->prog;
   struct mendWalk walk;
-  struct simFifo fifo;
-  memset(&fifo, 0, sizeof(fifo));
-  char name[64];
-  sg_host_t here = w->home;
   sg_barrier_wait(ready);
   mendWalkBegin(&walk, p, &w->args);
   while (!walk.done) {
@@ -221,27 +262,22 @@ static void workMain(int argc, char** argv) {
     int seg = mendWalkSeg(&walk, p);
     uint64_t bytes = mendWalkSegLen(&walk, p, &w->args, seg) * w->args.typeSize;
     if (bytes > 0 && (s->op & MEND_STEP_RECV)) sg_sem_acquire(w->arrived[s->recvPeer]);
-    if (bytes > 0 && (s->op & MEND_STEP_SEND)) {
-      const struct mendProgPeer* pp = p->peers + s->sendPeer;
-      if (w->hop[s->sendPeer] != here) sg_actor_set_host(sg_actor_self(), here = w->hop[s->sendPeer]);
-      mailboxName(name, sizeof(name), w->channel, pp->connIndex, w->rank, pp->rank);
-      fifoPost(&fifo, s->sendPeer, sg_mailbox_by_name(name), w, bytes);
-    }
+    if (bytes > 0 && (s->op & MEND_STEP_SEND)) streamPost(w->out + s->sendPeer, bytes);
     mendWalkAdvance(&walk, p, &w->args);
   }
-  fifoDrain(&fifo);
 }
 
-/* Per receive connector, the segments its work takes (walked once, as workMain walks). */
-static void countRecvs(struct simWork* w) {
+/* Per connector, the segments its work sends or takes (walked once, as workMain walks). */
+static void countSegs(struct simWork* w) {
   const struct mendProgram* p = w->prog;
   struct mendWalk walk;
-  memset(w->nRecv, 0, sizeof(w->nRecv));
+  memset(w->nSegs, 0, sizeof(w->nSegs));
   mendWalkBegin(&walk, p, &w->args);
   while (!walk.done) {
     const struct mendProgStep* s = p->steps + walk.step;
-    if ((s->op & MEND_STEP_RECV) && mendWalkSegLen(&walk, p, &w->args, mendWalkSeg(&walk, p)) > 0)
-      w->nRecv[s->recvPeer]++;
+    int has = mendWalkSegLen(&walk, p, &w->args, mendWalkSeg(&walk, p)) > 0;
+    if (has && (s->op & MEND_STEP_RECV)) w->nSegs[s->recvPeer]++;
+    if (has && (s->op & MEND_STEP_SEND)) w->nSegs[s->sendPeer]++;
     mendWalkAdvance(&walk, p, &w->args);
   }
 }
@@ -273,7 +309,7 @@ static sg_host_t nicHost(struct mendOffline* off, int rank, int nic) {
   return sg_host_by_name(host);
 }
 
-/* A work's hosts (home, per connector its hop's) and its receivers' semaphores. */
+/* A work's hosts (home, per connector its hop's), its receivers' semaphores and senders' FIFOs. */
 static int placeWork(struct mendOffline* off, struct simWork* w) {
   w->home = nicHost(off, w->rank, workNic(off, w));
   if (w->home == NULL) return -1;
@@ -281,9 +317,17 @@ static int placeWork(struct mendOffline* off, struct simWork* w) {
     int d = hopNic(off, w, w->prog->peers + i);
     w->hop[i] = d >= 0 ? nicHost(off, w->rank, d) : w->home;
     if (w->hop[i] == NULL) return -1;
-    w->arrived[i] = w->prog->peers[i].dir == MEND_RECV ? sg_sem_init(0) : NULL;
+    int recv = w->prog->peers[i].dir == MEND_RECV;
+    w->arrived[i] = recv ? sg_sem_init(0) : NULL;
+    memset(w->out + i, 0, sizeof(w->out[i]));
+    if (!recv) {
+      w->out[i].free = sg_sem_init(SIM_SLOTS);
+      w->out[i].queued = sg_sem_init(0);
+      w->out[i].landed = sg_sem_init(0);
+      w->out[i].from = w->hop[i];
+    }
   }
-  countRecvs(w);
+  countSegs(w);
   return 0;
 }
 
@@ -318,9 +362,9 @@ static int collectWorks(struct mendOffline* off, const struct mendOp* op) {
   return 0;
 }
 
-/* Per receive connector a receiver on its hop's host, then the works on their home hosts; the
- * barrier lets every receiver listen before a segment is posted, so each segment starts, on its
- * hop's route, as it is posted. */
+/* Per connector a sender or receiver on its hop's host, then the works on their home hosts; the
+ * barrier lets every receiver listen before a segment is queued, so each segment starts, on its
+ * hop's route, as soon as its sender takes it. */
 static int startActors(struct mendOffline* off, const struct simOpts* o) {
   char idx[16], peer[16];
   unsigned nActors = (unsigned)nWorks;
@@ -332,10 +376,10 @@ static int startActors(struct mendOffline* off, const struct simOpts* o) {
   for (int i = 0; i < nWorks; i++) {
     snprintf(idx, sizeof(idx), "%d", i);
     for (int j = 0; j < works[i].prog->nPeers; j++) {
-      if (works[i].prog->peers[j].dir != MEND_RECV) continue;
+      int recv = works[i].prog->peers[j].dir == MEND_RECV;
       snprintf(peer, sizeof(peer), "%d", j);
       const char* args[] = {idx, peer, NULL};
-      sg_actor_create_("recv", works[i].hop[j], recvMain, 2, args);
+      sg_actor_create_(recv ? "recv" : "send", works[i].hop[j], recv ? recvMain : sendMain, 2, args);
     }
     const char* args[] = {idx, NULL};
     sg_actor_create_("work", works[i].home, workMain, 1, args);
@@ -368,8 +412,9 @@ int main(int argc, char** argv) {
   snprintf(loopBw, sizeof(loopBw), "--cfg=network/loopback-bw:%.0f", o.shmGbps * 1e9 / 8);
   int sgArgc = 5;
   char* sgArgv[] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", loopBw,
-                    "--cfg=network/loopback-lat:0.000001", NULL};
+                    "--cfg=network/loopback-lat:0", NULL};
   simgrid_init(&sgArgc, sgArgv);
+  linkLatency = o.latencyUs * 1e-6;
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
   simgrid_run();
   double t = simgrid_get_clock();
@@ -378,8 +423,12 @@ int main(int argc, char** argv) {
   printf("ranks %d works %d allreduce %zu bytes schedule %s simulated %.6f s busbw %.4f GB/s\n", n, nWorks, o.bytes,
          ch.costUs[MEND_REPLAN_BALANCE] < 0 ? "ring/tree" : mendReplanName(ch.replan), t, busbw);
   for (int i = 0; i < nWorks; i++) {
-    for (int j = 0; j < works[i].prog->nPeers; j++)
+    for (int j = 0; j < works[i].prog->nPeers; j++) {
       if (works[i].arrived[j]) sg_sem_destroy(works[i].arrived[j]);
+      if (works[i].out[j].free) sg_sem_destroy(works[i].out[j].free);
+      if (works[i].out[j].queued) sg_sem_destroy(works[i].out[j].queued);
+      if (works[i].out[j].landed) sg_sem_destroy(works[i].out[j].landed);
+    }
     free(works[i].prog);
   }
   free(works);
