@@ -449,7 +449,7 @@ static inline void cpuRelax(void) {
 
 /* 1: a short poll (a pause, then the next pass); 0: time for idleWait. */
 static int idlePoll(struct idle* id) {
-  if (id->since == 0 || id->oversub || (++id->polls % POLLS_PER_YIELD) == 0) return 0;
+  if (id->since == 0 || id->oversub || id->spinNs <= 0 || (++id->polls % POLLS_PER_YIELD) == 0) return 0;
   cpuRelax();
   return 1;
 }

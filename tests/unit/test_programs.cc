@@ -368,6 +368,7 @@ static const struct mendFifoLine* usedLine(World& w, int sender, int receiver) {
 }
 
 TEST(EngineLatencyLines, UsedOnlyWhenOnAndStaleLinesIgnored) {
+  ScopedEnv host("MEND_EXECUTOR", "host");  // lines are the host engine's (tests/run.sh also runs Engine* on kernel-cpu)
   ScopedEnv rd("MEND_RD", "1");
   {
     World w(2);
