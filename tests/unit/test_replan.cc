@@ -546,8 +546,8 @@ double modelTime(const mendPlanView* v, const mendViewHealth* h, const Picture& 
 }
 
 // Failures scattered over many hosts, NICs down or slowed: Balance's weights never model slower than
-// the even split's (its rounds only ever lowered the modelled time in a search of 1,200 such patterns
-// at 16 and 64 hosts), and they do better in at least a quarter of the patterns.
+// the even split's (none did in a search of 1,200 such patterns at 16 and 64 hosts), and they do
+// better in at least a quarter of the patterns.
 TEST(ReplanDerive, BalanceNeverModelsWorseThanTheEvenSplit) {
   const int n = 16, rails = 8;
   World w(n, rails);
