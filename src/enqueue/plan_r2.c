@@ -19,6 +19,11 @@
  * because ring and chain are two phases of one program (gen_r2.c says why the outer ranks' two
  * streams are separate works instead).
  *
+ * Placement.  The choice charges an R2 plan what this layout puts on each NIC of a degraded rank
+ * (mendR2PlacedUs): the channels of a rail it lost go to its next usable rail, which carries its
+ * own channel too, so a rank that lost several rails can be slower under R2 than under Balance
+ * even where the model's bandwidth slices say otherwise (64 servers x 8 NICs on mend-sim).
+ *
  * Rank orders come from the view: a level's ring and chain follow channel c's ring with the slower
  * ranks left out (so a re-ranked ring of the view is kept), its member list rotated by c so the
  * rank that adds the outer ranks' sum differs between channels.
@@ -56,17 +61,23 @@ static void levelRanks(const struct mendPlanView* v, int c, int minCap, int* tmp
  * slower rank must use a rail it has: sharing that rail with a partial ring would slow both).
  * A channel's rail is c mod the rail count (the graph's rule, graph/channels.c); the rail count and
  * the lost rails come from the view's shared per-rank NIC masks, so every rank orders alike. */
-static void channelOrder(const struct mendPlanView* v, int nCh, int* order) {
+/* The rail count of a view: one past the highest NIC any rank can use (0: no NIC masks known). */
+static int railsOf(int nRanks, const uint32_t* rankNics) {
   int rails = 0;
-  uint32_t lost = 0;
-  for (int r = 0; r < v->nRanks; r++) {
-    uint32_t m = v->rankNics[r];
+  for (int r = 0; r < nRanks; r++) {
+    uint32_t m = rankNics[r];
     for (int d = 31; m != ~0u && d >= rails; d--) {
       if ((m >> d) & 1) rails = d + 1;
     }
   }
-  for (int r = 0; rails > 0 && r < v->nRanks; r++) {
-    if (v->rankNics[r] != ~0u && v->rankCap[r] < 1000) lost |= ~v->rankNics[r] & (rails >= 32 ? ~0u : (1u << rails) - 1);
+  return rails;
+}
+
+static void channelOrder(int nRanks, const int* rankCap, const uint32_t* rankNics, int nCh, int* order) {
+  int rails = railsOf(nRanks, rankNics);
+  uint32_t lost = 0;
+  for (int r = 0; rails > 0 && r < nRanks; r++) {
+    if (rankNics[r] != ~0u && rankCap[r] < 1000) lost |= ~rankNics[r] & (rails >= 32 ? ~0u : (1u << rails) - 1);
   }
   int n = 0;
   for (int pass = 0; pass < 2; pass++) {
@@ -78,8 +89,8 @@ static void channelOrder(const struct mendPlanView* v, int nCh, int* order) {
 }
 
 /* Windows [start[l], start[l+1]) per level and the channels of each level: chans[l][0..nch[l]). */
-static void layout(const struct mendPlanView* v, const struct mendReplanChoice* rc, size_t count, size_t align,
-                   size_t* start, int chans[][MEND_VIEW_MAX_CHANNELS], int* nch) {
+static void layout(int nRanks, const int* rankCap, const uint32_t* rankNics, const struct mendReplanChoice* rc,
+                   size_t count, size_t align, size_t* start, int chans[][MEND_VIEW_MAX_CHANNELS], int* nch) {
   int L = rc->split.nLevels, withData = 0;
   double cum = 0;
   start[0] = 0;
@@ -91,7 +102,7 @@ static void layout(const struct mendPlanView* v, const struct mendReplanChoice* 
     withData += start[l + 1] > start[l];
   }
   int nCh = rc->nChannels, extra = nCh - withData, order[MEND_VIEW_MAX_CHANNELS];
-  channelOrder(v, nCh, order);
+  channelOrder(nRanks, rankCap, rankNics, nCh, order);
   for (int l = 0; l < L; l++) nch[l] = start[l + 1] > start[l];
   /* Channels beyond one per level go, one by one, to the level with the most data per channel. */
   for (; extra > 0; extra--) {
@@ -150,7 +161,7 @@ static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int o
                    plan->view->nRanks == comm->nRanks,
                ncclInternalError, "R2 AllReduce: %d levels over %d channels do not fit the plan view (%d channels)",
                rc->split.nLevels, rc->nChannels, plan->view->nChannels);
-  layout(plan->view, rc, op->count, align, start, chans, nch);
+  layout(plan->view->nRanks, plan->view->rankCap, plan->view->rankNics, rc, op->count, align, start, chans, nch);
   int* tmp;
   MENDCHECK(MENDCALLOC(tmp, 3 * (size_t)comm->nRanks));
   size_t chunk = rc->chunkBytes / ts;
@@ -174,6 +185,54 @@ static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int o
   }
   free(tmp);
   return res;
+}
+
+/* The NIC channel c's hops use at a rank with usable NICs m: its rail, else the next usable rail
+ * after it (the failover order when every NIC is equally near; a rank's own distances are its own,
+ * and the choice must be every rank's). */
+static int placedNic(int c, int rails, uint32_t m) {
+  for (int i = 0; i < rails; i++) {
+    int d = (c + i) % rails;
+    if ((m >> d) & 1) return d;
+  }
+  return c % rails;
+}
+
+/* Bytes each direction on each NIC of degraded rank r under the R2 layout (see tuning.h). */
+static double busiestNic(int r, int nRanks, const int* rankCap, const uint32_t* rankNics, int rails,
+                         const struct mendReplanChoice* rc, const size_t* start,
+                         int chans[][MEND_VIEW_MAX_CHANNELS], const int* nch) {
+  double load[32] = {0}, most = 0;
+  int cap = rankCap[r] < 1 ? 1 : rankCap[r];
+  for (int l = 0; l < rc->split.nLevels; l++) {
+    const struct mendR2Level* lv = rc->split.lv + l;
+    if (nch[l] == 0) continue;
+    double b = (double)(start[l + 1] - start[l]) / nch[l], k = lv->nMembers;
+    /* A member: its ring's share (and, on a partial level, the chain: each member receives and
+     * forwards the final value); an outer rank: its input out and the result in. */
+    double bytes = l == 0 ? 2.0 * (nRanks - 1) / nRanks * b : (cap >= lv->minCap ? 2.0 * (k - 1) / k * b + b : b);
+    for (int i = 0; i < nch[l]; i++) load[placedNic(chans[l][i], rails, rankNics[r])] += bytes;
+  }
+  for (int d = 0; d < rails; d++) most = load[d] > most ? load[d] : most;
+  return most;
+}
+
+double mendR2PlacedUs(int nRanks, const int* rankCap, const uint32_t* rankNics, const struct mendReplanChoice* rc,
+                      double nBytes, double bytesPerUs) {
+  int rails = railsOf(nRanks, rankNics);
+  if (rails < 2 || rails > 32 || nBytes < 1 || bytesPerUs <= 0 || rc->nChannels < 1 ||
+      rc->nChannels > MEND_VIEW_MAX_CHANNELS)
+    return 0;
+  size_t start[MEND_R2_MAX_LEVELS + 1];
+  int chans[MEND_R2_MAX_LEVELS][MEND_VIEW_MAX_CHANNELS], nch[MEND_R2_MAX_LEVELS];
+  layout(nRanks, rankCap, rankNics, rc, (size_t)nBytes, 1, start, chans, nch);
+  double most = 0;
+  for (int r = 0; r < nRanks; r++) {
+    if (rankCap[r] >= 1000 || rankNics[r] == ~0u) continue;
+    double b = busiestNic(r, nRanks, rankCap, rankNics, rails, rc, start, chans, nch);
+    most = b > most ? b : most;
+  }
+  return most / (bytesPerUs / rails);
 }
 
 ncclResult_t mendPlanAllReduce(struct mendPlan* plan, struct mendPlanner* pl, const struct mendOp* op, int opIndex,

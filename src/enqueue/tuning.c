@@ -370,6 +370,15 @@ static void r2Shape(struct ncclComm* comm, size_t nBytes, int nCh, struct mendRe
   c->chunkBytes = forced > 0 ? (size_t)forced : (chunk < slot ? chunk : slot);
 }
 
+/* A split's time at least what its busiest NIC needs where the layout puts its bytes. */
+static void placeSplit(struct ncclComm* comm, const struct mendTuneViewSum* sum, size_t nBytes, int nCh,
+                       double bytesPerUs, struct mendR2Split* s) {
+  struct mendReplanChoice c = {.replan = MEND_REPLAN_R2, .split = *s};
+  r2Shape(comm, nBytes, nCh, &c);
+  double placed = mendR2PlacedUs(sum->nRanks, sum->rankCap, sum->rankNics, &c, (double)nBytes, bytesPerUs);
+  if (placed > s->estUs) s->estUs = placed;
+}
+
 /* The choice for the inputs of `key` under a view summarised as `sum` (the uncached path). */
 static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum* sum, const struct mendTuneKey* key,
                             struct mendReplanChoice* c) {
@@ -398,6 +407,8 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   int ringOk = (key->algos >> MEND_ALGO_RING) & 1;
   int r2Ok = ringOk && mendR2BestSplitCaps(&m, &sum->caps, 1, 1, &r2);
   int recOk = ringOk && mendR2BestSplitCaps(&m, &sum->caps, 2, MEND_R2_MAX_LEVELS - 1, &rec);
+  if (r2Ok) placeSplit(comm, sum, nBytes, nCh, m.bytesPerUs, &r2);
+  if (recOk) placeSplit(comm, sum, nBytes, nCh, m.bytesPerUs, &rec);
   if (r2Ok) c->costUs[MEND_REPLAN_R2] = r2.estUs;
   if (recOk) c->costUs[MEND_REPLAN_RECURSIVE] = rec.estUs;
   int pick = forced;

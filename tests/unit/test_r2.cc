@@ -361,6 +361,40 @@ TEST(R2Choice, HealthyViewIsLeftAlone) {
   EXPECT_EQ(choose(w, kGiB).replan, MEND_REPLAN_BACKUP);
 }
 
+// Where an R2 plan's bytes land: a rank that lost rails 0, 3 and 4 of 8 has the channels of those
+// rails on its next usable NICs (1 and 5), which also carry global-ring channels, so its NIC 5 takes
+// 0.48 of the vector where Balance spreads 0.375 over each surviving NIC.  The paper's slices say R2
+// (X = 0.375 > 16/46); the placement says Balance, as mend-sim does (64 servers x 8 NICs,
+// sim/RESULTS.md).  A rank left with one NIC has everything on it: the placement adds nothing.
+TEST(R2Choice, PlacementOnSurvivingNicsKeepsBalance) {
+  World w(16, 8);
+  std::vector<int> caps(16, 1000);
+  std::vector<uint32_t> nics(16, 0xffu);
+  caps[5] = 625;
+  nics[5] = 0xffu & ~((1u << 0) | (1u << 3) | (1u << 4));
+  setCaps(w, caps);
+  mendReplanChoice slices = choose(w, kGiB);
+  EXPECT_EQ(slices.replan, MEND_REPLAN_R2) << "without NIC masks: the paper's slices";
+  setCaps(w, caps, nics);
+  mendReplanChoice placed = choose(w, kGiB);
+  EXPECT_EQ(placed.replan, MEND_REPLAN_BALANCE);
+  EXPECT_GT(placed.costUs[MEND_REPLAN_R2], 1.2 * slices.costUs[MEND_REPLAN_R2]) << "NIC 5 carries 0.48 / 0.375";
+  EXPECT_DOUBLE_EQ(placed.costUs[MEND_REPLAN_BALANCE], slices.costUs[MEND_REPLAN_BALANCE]);
+  {
+    ScopedEnv env("MEND_REPLAN", "r2");
+    EXPECT_EQ(choose(w, kGiB).replan, MEND_REPLAN_R2) << "forcing still runs R2";
+  }
+
+  World w2(4, 2);
+  setCaps(w2, {500, 1000, 1000, 1000});
+  mendReplanChoice one = choose(w2, kGiB);
+  setCaps(w2, {500, 1000, 1000, 1000}, {0x1u, 0x3u, 0x3u, 0x3u});
+  mendReplanChoice onePlaced = choose(w2, kGiB);
+  EXPECT_EQ(one.replan, MEND_REPLAN_R2);
+  EXPECT_EQ(onePlaced.replan, MEND_REPLAN_R2);
+  EXPECT_NEAR(onePlaced.costUs[MEND_REPLAN_R2], one.costUs[MEND_REPLAN_R2], 1e-9 * one.costUs[MEND_REPLAN_R2]);
+}
+
 // MEND_REPLAN forces a schedule wherever it applies; what cannot apply falls back (r2 for recursive
 // without two capacities, Balance for r2 without any); an unknown value is auto.
 TEST(R2Choice, MendReplanForces) {
