@@ -124,6 +124,8 @@ struct ncclComm {
   struct mendCalib* calib;        /* the cost model's constants every rank plans with: rank 0's (init) */
 
   int nChannels;                  /* channels in use */
+  int nRails;                     /* NICs the channels spread over between hosts (channel c on NIC c mod
+                                     nRails, the graph's rule; the largest count of any rank), 0: one host */
   struct mendChannel channels[MEND_MAXCHANNELS];
 
   struct mendBootstrap* bootstrap;/* out-of-band network */

@@ -154,6 +154,26 @@ static int depthOf(int n) {
   return d;
 }
 
+/* How much longer than its pooled-bandwidth time a tree AllReduce takes on the busiest NIC.  A
+ * channel uses tree c mod 2 (graph/channels.c) and NIC c mod nRails, so with an even NIC count every
+ * channel of a NIC is in the same tree.  A host inner in a tree moves 3 units of a channel's data
+ * each way (two children and the parent), a leaf 1, where the pooled time assumes 2 (an inner node
+ * in one tree is a leaf in the other): a NIC whose channels are all of the host's inner tree needs
+ * 3/2 of the time.  1 when nothing piles up (one NIC, odd NIC counts with two channels per NIC). */
+static double treeNicFactor(const struct mendCostIn* in) {
+  int hosts = in->nNodes > 0 ? in->nNodes : in->nRanks, R = in->nRails, nCh = in->nChannels;
+  int inner = hosts >= 4 ? 3 : (hosts == 3 ? 2 : 1);
+  if (R < 2 || nCh < 1 || inner == 1) return 1.0;
+  double worst = 1.0;
+  for (int d = 0; d < R && d < nCh; d++) {
+    int t[2] = {0, 0};
+    for (int c = d; c < nCh; c += R) t[c % 2]++;
+    double a = t[0], b = t[1], load = fmax(inner * a + b, a + inner * b);
+    worst = fmax(worst, load / (2.0 * (a + b)));
+  }
+  return worst;
+}
+
 /* The reduction part of an AllReduce's estimate (host CPU time, not wire time). */
 static double reduceUs(const struct mendCostIn* in, int algo) {
   double S = (double)in->nBytes, n = in->nRanks, perUs = calibIn(in)->reduceGBs * 1e3;
@@ -177,7 +197,10 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   case MEND_FUNC_ALLREDUCE:
     if (algo == MEND_ALGO_RING)
       return 2.0 * (n - 1) * k->alphaUs + 2.0 * (n - 1) / n * S / perUs + (n - 1.0) / n * S / redUs;
-    if (algo == MEND_ALGO_TREE) return 2.0 * (depthOf(n) - 1) * k->alphaUs + 2.0 * S / perUs + S / redUs;
+    if (algo == MEND_ALGO_TREE) {
+      double f = kind == MEND_TRANSPORT_NET ? treeNicFactor(in) : 1.0;
+      return 2.0 * (depthOf(n) - 1) * k->alphaUs + 2.0 * f * S / perUs + S / redUs;
+    }
     if (algo == MEND_ALGO_RD) return mendRdSupported(n) ? rdHops(n) * (k->alphaUs + S / perUs + S / redUs) : -1;
     return -1;
   case MEND_FUNC_ALLGATHER:
@@ -276,7 +299,8 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
   if (!pl->masksParsed) parseMasks(comm, pl);
   int func = op->func, kind = worstKind(comm, pl);
   struct mendCostIn in = {.func = func, .nBytes = nBytes, .nRanks = comm->nRanks, .kind = kind,
-                          .nChannels = channelsFor(comm, nBytes, kind), .calib = calibOf(comm)};
+                          .nChannels = channelsFor(comm, nBytes, kind), .calib = calibOf(comm),
+                          .nRails = comm->nRails, .nNodes = comm->nNodes};
   uint32_t algos = pl->algoMask[func], protos = pl->protoMask[func];
   double cost[2];
   for (int a = 0; a < 2; a++) cost[a] = (algos & (1u << a)) ? mendTuneCostUs(&in, a) : -1;
@@ -317,7 +341,7 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
 double mendTuneP2pUs(struct ncclComm* comm, struct mendPlanner* pl, size_t nBytes) {
   struct mendCostIn in = {.func = MEND_FUNC_SEND, .nBytes = nBytes, .nRanks = comm->nRanks,
                           .kind = worstKind(comm, pl), .nChannels = 1, .netGBs = netGBs(comm),
-                          .calib = calibOf(comm)};
+                          .calib = calibOf(comm), .nRails = comm->nRails, .nNodes = comm->nNodes};
   return mendTuneCostUs(&in, MEND_ALGO_P2P);
 }
 
@@ -385,7 +409,7 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   int n = key->nRanks, kind = key->kind, nCh = key->nChannels, forced = key->forced;
   size_t nBytes = key->nBytes;
   struct mendCostIn in = {.func = MEND_FUNC_ALLREDUCE, .nBytes = nBytes, .nRanks = n, .kind = kind, .nChannels = nCh,
-                          .calib = calibOf(comm)};
+                          .calib = calibOf(comm), .nRails = comm->nRails, .nNodes = comm->nNodes};
   struct mendCostIn in0 = in;
   in0.nBytes = 0;
   for (int a = 0; a < 2; a++) {

@@ -44,6 +44,8 @@ struct mendCostIn {
   int nChannels;     /* channels the op is split over */
   double netGBs;     /* NIC speed in GB/s for net transports (0: default) */
   const struct mendCalib* calib; /* the constants (the communicator's: rank 0's); NULL: mendCalibGet() */
+  int nRails;        /* net: NICs the channels spread over, channel c on NIC c mod nRails (0: unknown) */
+  int nNodes;        /* hosts (the tree's nodes between hosts; 0: one per rank) */
 };
 /* Estimated time in microseconds of algo (enum mendAlgo) for the op; < 0 when it cannot run it. */
 double mendTuneCostUs(const struct mendCostIn* in, int algo);

@@ -225,6 +225,7 @@ ncclResult_t mendGraphSetup(struct ncclComm* comm, int nNicsMax) {
                                   .rankToNode = comm->rankToNode, .rankToLocalRank = comm->rankToLocalRank };
   int base = comm->hostMode ? 2 : mendGraphDeviceChannels(ranksOnMyGpu(comm));
   comm->nChannels = chooseN(base, comm->nNodes, nNicsMax, comm->config.minCTAs, comm->config.maxCTAs);
+  comm->nRails = comm->nNodes > 1 && nNicsMax > 0 ? nNicsMax : 0;
   int n = comm->nRanks;
   int* ranks = malloc(sizeof(int) * (size_t)n * (size_t)comm->nChannels);
   int* parent = malloc(sizeof(int) * (size_t)n * 2);

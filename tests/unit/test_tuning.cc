@@ -114,6 +114,42 @@ TEST(TuningModel, TreeForSmallRingForLarge) {
   EXPECT_LE(mendTuneChunk(MEND_FUNC_ALLREDUCE, MEND_ALGO_RING, (size_t)1 << 30, 8, 524288), 524288u);
 }
 
+// A channel uses tree c mod 2 and NIC c mod nRails: with an even NIC count each NIC carries one
+// tree's channels, and a host inner in that tree moves 3 units of them where the pooled model says 2
+// (mend-sim, 128 servers x 8 NICs at 200 Gbit/s, 256 MiB: the tree took 6.04 ms, the ring 4.07 ms,
+// while the model without NICs rated them alike and picked the tree).
+TEST(TuningModel, TreeChargedForItsBusiestNic) {
+  const int MEND_TRANSPORT_SHM = 1, MEND_TRANSPORT_NET = 2;  // enum mendTransportKind (C-only header)
+  mendCostIn in = {MEND_FUNC_ALLREDUCE, (size_t)1 << 28, 128, MEND_TRANSPORT_NET, 8, 0};
+  double pooled = mendTuneCostUs(&in, MEND_ALGO_TREE), lat = 0;
+  in.nBytes = 0;
+  lat = mendTuneCostUs(&in, MEND_ALGO_TREE);
+  in.nBytes = (size_t)1 << 28;
+  double redUs = (double)in.nBytes / (mendCalibGet()->reduceGBs * 1e3);
+  in.nRails = 8;
+  double railed = mendTuneCostUs(&in, MEND_ALGO_TREE);
+  EXPECT_NEAR(railed - lat - redUs, 1.5 * (pooled - lat - redUs), 1e-6 * pooled) << "one channel per NIC: 3/2";
+  EXPECT_GT(railed, mendTuneCostUs(&in, MEND_ALGO_RING)) << "the ring wins at 256 MiB over 128 hosts";
+  in.nRails = 2;
+  EXPECT_NEAR(mendTuneCostUs(&in, MEND_ALGO_TREE), railed, 1e-9 * railed) << "2 NICs: channels 0,2,4,6 all tree 0";
+  for (int rails : {0, 1, 3}) {  // no NICs known, one NIC, or 3 NICs each with both trees (6 channels)
+    in.nRails = rails;
+    in.nChannels = rails == 3 ? 6 : 8;
+    mendCostIn pool = in;
+    pool.nRails = 0;
+    EXPECT_DOUBLE_EQ(mendTuneCostUs(&in, MEND_ALGO_TREE), mendTuneCostUs(&pool, MEND_ALGO_TREE)) << rails << " NICs";
+  }
+  in.nRails = 8;
+  in.nChannels = 8;
+  in.nNodes = 3;  // 3 hosts: the root has two children and no parent, 2 units; leaves 1
+  mendCostIn pool = in;
+  pool.nRails = 0;
+  EXPECT_DOUBLE_EQ(mendTuneCostUs(&in, MEND_ALGO_TREE), mendTuneCostUs(&pool, MEND_ALGO_TREE));
+  in.kind = pool.kind = MEND_TRANSPORT_SHM;
+  in.nNodes = pool.nNodes = 128;
+  EXPECT_DOUBLE_EQ(mendTuneCostUs(&in, MEND_ALGO_TREE), mendTuneCostUs(&pool, MEND_ALGO_TREE)) << "NICs only for net";
+}
+
 // The choice follows NCCL_ALGO (also per function) and the cost model otherwise.
 TEST(TuningChoice, FollowsEnvAndModel) {
   struct Case { const char* env; size_t bytes; int n; int want; };
