@@ -361,11 +361,10 @@ TEST(R2Choice, HealthyViewIsLeftAlone) {
   EXPECT_EQ(choose(w, kGiB).replan, MEND_REPLAN_BACKUP);
 }
 
-// Where an R2 plan's bytes land: a rank that lost rails 0, 3 and 4 of 8 has the channels of those
-// rails on its next usable NICs (1 and 5), which also carry global-ring channels, so its NIC 5 takes
-// 0.48 of the vector where Balance spreads 0.375 over each surviving NIC.  The paper's slices say R2
-// (X = 0.375 > 16/46); the placement says Balance, as mend-sim does (64 servers x 8 NICs,
-// sim/RESULTS.md).  A rank left with one NIC has everything on it: the placement adds nothing.
+// Where an R2 plan's bytes land: a rank that lost rails 0, 3 and 4 of 8 has their channels on its
+// next usable NICs (1 and 5), which carry global-ring channels too: NIC 5 takes 0.48 of the vector.
+// The paper's slices say R2 (X = 0.375 > 16/46); the placement says Balance, as mend-sim does
+// (sim/RESULTS.md).  A rank left with one NIC has everything on it: the placement adds nothing.
 TEST(R2Choice, PlacementOnSurvivingNicsKeepsBalance) {
   World w(16, 8);
   std::vector<int> caps(16, 1000);
