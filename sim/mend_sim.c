@@ -411,6 +411,27 @@ static int startActors(struct mendOffline* off, const struct simOpts* o) {
   return 0;
 }
 
+/* SimGrid gives each actor an 8 MiB stack, mapped (only touched pages count) behind a guard page
+ * that splits its mapping in two, so Linux's default limit of 65,530 mappings per process
+ * (vm.max_map_count) holds some 30,000 actors (8,192 GPUs need 41,000).  Past that the guard
+ * pages go; past the limit itself the stacks shrink to 64 KiB, taken from the heap (no mapping
+ * each, but all of it touched).  An actor's stack use is 4-8 KiB: 4 KiB overflowed, 8 KiB ran,
+ * both behind guard pages (a 16-server run). */
+#define SIM_MAPS_SPARE 4096 /* mappings besides actors' stacks: libraries, heap, the platform */
+static int stackOpts(char** opts) {
+  long actors = nWorks, maxMaps = 65530;
+  for (int i = 0; i < nWorks; i++) actors += works[i].prog->nPeers;
+  FILE* f = fopen("/proc/sys/vm/max_map_count", "r");
+  if (f != NULL) {
+    if (fscanf(f, "%ld", &maxMaps) != 1) maxMaps = 65530;
+    fclose(f);
+  }
+  int n = 0;
+  if (2 * actors + SIM_MAPS_SPARE > maxMaps) opts[n++] = "--cfg=contexts/guard-size:0";
+  if (actors + SIM_MAPS_SPARE > maxMaps) opts[n++] = "--cfg=contexts/stack-size:64";
+  return n;
+}
+
 int main(int argc, char** argv) {
   struct simOpts o;
   memset(&o, 0, sizeof(o));
@@ -429,9 +450,9 @@ int main(int argc, char** argv) {
    * latencies are the platform's). */
   char loopBw[64];
   snprintf(loopBw, sizeof(loopBw), "--cfg=network/loopback-bw:%.0f", o.shmGbps * 1e9 / 8);
-  int sgArgc = 5;
-  char* sgArgv[] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", loopBw,
-                    "--cfg=network/loopback-lat:0", NULL};
+  char* sgArgv[8] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", loopBw,
+                     "--cfg=network/loopback-lat:0", NULL};
+  int sgArgc = 5 + stackOpts(sgArgv + 5);
   simgrid_init(&sgArgc, sgArgv);
   linkLatency = o.latencyUs * 1e-6;
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
