@@ -12,7 +12,11 @@
  * NIC d of one server reaches NIC d of another through rail d's leaf (non-blocking: no link of its
  * own), other NICs through a spine link; NICs of one server reach each other through the server's
  * shared-memory link.  The links carry no latency: a route's (L per NIC link, 1 us through the
- * spine or within a server) is added when a segment is delivered (routeLatency).
+ * spine or within a server) is added when a segment is delivered (routeLatency).  Zones keep the
+ * platform linear in hosts: per rail a cluster (a star of its hosts' links, routed to the other
+ * rails through the spine), and per server a zone of its shared-memory hosts h<s>_<d>_shm, where
+ * hops within the server send and receive (a host is in one zone: a rail's cannot also be the
+ * server's).
  *
  * Connectors are TCP streams: one sender actor per send connector puts its segments one after
  * another, in posting order, each with a blocking put (so at most one segment of a connector is on
@@ -26,9 +30,10 @@
  * channel c between servers uses device d = mendReplanHopNic(c, a, b) at both ends (the rail
  * re-planning models; the resilient net pairs NIC i with NIC i): the connector's sender is on host
  * h<server(a)>_<d>, its receiver on h<server(b)>_<d>, and the receiver tells the receiving work
- * through a semaphore (no bytes, no link).  A hop within a server, or one with no NIC (d < 0),
- * uses the work's home host: the NIC of its first inter-server hop (the shared-memory link between
- * two works of a server).  Works stay on their home hosts; their sends and receives overlap.
+ * through a semaphore (no bytes, no link).  A hop with no NIC (d < 0) uses the work's home host,
+ * the NIC of its first inter-server hop; a hop within a server, the home NIC's shared-memory host
+ * (the server's shared-memory link between two works of a server; the loopback between two with
+ * one home).  Works stay on their home hosts; their sends and receives overlap.
  */
 #include <stdint.h>
 #include <stdio.h>
