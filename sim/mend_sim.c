@@ -12,7 +12,11 @@
  * NIC d of one server reaches NIC d of another through rail d's leaf (non-blocking: no link of its
  * own), other NICs through a spine link; NICs of one server reach each other through the server's
  * shared-memory link.  The links carry no latency: a route's (L per NIC link, 1 us through the
- * spine or within a server) is added when a segment is delivered (routeLatency).
+ * spine or within a server) is added when a segment is delivered (routeLatency).  Zones keep the
+ * platform linear in hosts: per rail a cluster (a star of its hosts' links, routed to the other
+ * rails through the spine), and per server a zone of its shared-memory hosts h<s>_<d>_shm, where
+ * hops within the server send and receive (a host is in one zone: a rail's cannot also be the
+ * server's).
  *
  * Connectors are TCP streams: one sender actor per send connector puts its segments one after
  * another, in posting order, each with a blocking put (so at most one segment of a connector is on
@@ -26,9 +30,10 @@
  * channel c between servers uses device d = mendReplanHopNic(c, a, b) at both ends (the rail
  * re-planning models; the resilient net pairs NIC i with NIC i): the connector's sender is on host
  * h<server(a)>_<d>, its receiver on h<server(b)>_<d>, and the receiver tells the receiving work
- * through a semaphore (no bytes, no link).  A hop within a server, or one with no NIC (d < 0),
- * uses the work's home host: the NIC of its first inter-server hop (the shared-memory link between
- * two works of a server).  Works stay on their home hosts; their sends and receives overlap.
+ * through a semaphore (no bytes, no link).  A hop with no NIC (d < 0) uses the work's home host,
+ * the NIC of its first inter-server hop; a hop within a server, the home NIC's shared-memory host
+ * (the server's shared-memory link between two works of a server; the loopback between two with
+ * one home).  Works stay on their home hosts; their sends and receives overlap.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -52,7 +57,6 @@
 #include "transport/transport.h"
 
 #define SIM_SLOT_BYTES (4194304 / 8) /* NCCL_BUFFSIZE / FIFO slots: the chunk a connector carries */
-#define SIM_MAX_HOSTS 4096           /* explicit routes grow as hosts^2 */
 
 struct simOpts {
   struct mendOfflineTopo topo;
@@ -136,32 +140,50 @@ static int parseArgs(int argc, char** argv, struct simOpts* o) {
 
 static int hostNics(const struct mendOfflineTopo* t) { return t->nicsPerServer > 0 ? t->nicsPerServer : 1; }
 
-/* The platform as SimGrid XML: hosts, NIC links, routes between every pair of hosts. */
+/* Rail d: a SimGrid cluster (a star zone) of the hosts h<s>_<d>, each with its split-duplex
+ * link (up and down, one direction each); no backbone, as the leaf is non-blocking.  Its router
+ * leaf<d> is the rail's gateway to the spine. */
+static void writeRail(FILE* f, int rail, int S, double gbps) {
+  fprintf(f, "<cluster id=\"rail%d\" prefix=\"h\" suffix=\"_%d\" radical=\"0-%d\" speed=\"1Gf\" "
+             "bw=\"%.6fGbps\" lat=\"0\" sharing_policy=\"SPLITDUPLEX\" router_id=\"leaf%d\"/>\n",
+          rail, rail, S - 1, gbps, rail);
+}
+
+/* Server s: a zone of its shared-memory hosts h<s>_<d>_shm (where a hop within the server sends
+ * and receives), each reaching the others over the server's shared-memory link. */
+static void writeServer(FILE* f, int s, int N, double shmGbps) {
+  fprintf(f, "<zone id=\"server%d\" routing=\"Full\">\n", s);
+  for (int d = 0; d < N; d++) fprintf(f, "<host id=\"h%d_%d_shm\" speed=\"1Gf\"/>\n", s, d);
+  fprintf(f, "<link id=\"shm%d\" bandwidth=\"%.3fGbps\" latency=\"0\"/>\n", s, shmGbps);
+  for (int a = 0; a < N; a++) {
+    for (int b = 0; b < N; b++) {
+      if (a == b) continue;
+      fprintf(f, "<route src=\"h%d_%d_shm\" dst=\"h%d_%d_shm\" symmetrical=\"NO\"><link_ctn id=\"shm%d\"/></route>\n",
+              s, a, s, b, s);
+    }
+  }
+  fprintf(f, "</zone>\n");
+}
+
+/* The platform as SimGrid XML, linear in hosts: per rail a cluster of its NICs' hosts (same-rail
+ * routes: up, down), the rails routed to each other through the spine (up, spine, down), and
+ * apart from them, under a zone without routes, per server a zone of shared-memory hosts (shm). */
 static int writePlatform(FILE* f, const struct simOpts* o) {
   const struct mendOfflineTopo* t = &o->topo;
   int S = t->nServers, N = hostNics(t);
   double gbps = (t->nicsPerServer ? t->lineGbps : 100.0f) * o->goodput;
   fprintf(f, "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
              "<platform version=\"4.1\"><zone id=\"cluster\" routing=\"Full\">\n");
-  for (int s = 0; s < S; s++)
-    for (int d = 0; d < N; d++) fprintf(f, "<host id=\"h%d_%d\" speed=\"1Gf\"/>\n", s, d);
-  for (int s = 0; s < S; s++) {
-    for (int d = 0; d < N; d++) {
-      fprintf(f, "<link id=\"u%d_%d\" bandwidth=\"%.6fGbps\" latency=\"0\"/>\n", s, d, gbps);
-      fprintf(f, "<link id=\"d%d_%d\" bandwidth=\"%.6fGbps\" latency=\"0\"/>\n", s, d, gbps);
-    }
-    fprintf(f, "<link id=\"shm%d\" bandwidth=\"%.3fGbps\" latency=\"0\"/>\n", s, o->shmGbps);
-  }
+  for (int d = 0; d < N; d++) writeRail(f, d, S, gbps);
+  fprintf(f, "<zone id=\"servers\" routing=\"None\">\n");
+  for (int s = 0; s < S; s++) writeServer(f, s, N, o->shmGbps);
+  fprintf(f, "</zone>\n");
   fprintf(f, "<link id=\"spine\" bandwidth=\"%.3fGbps\" latency=\"0\" sharing_policy=\"FATPIPE\"/>\n", gbps * S * N);
-  for (int a = 0; a < S * N; a++) {
-    for (int b = 0; b < S * N; b++) {
-      int sa = a / N, da = a % N, sb = b / N, db = b % N;
+  for (int a = 0; a < N; a++) {
+    for (int b = 0; b < N; b++) {
       if (a == b) continue;
-      fprintf(f, "<route src=\"h%d_%d\" dst=\"h%d_%d\" symmetrical=\"NO\">", sa, da, sb, db);
-      if (sa == sb) fprintf(f, "<link_ctn id=\"shm%d\"/>", sa);
-      else if (da == db) fprintf(f, "<link_ctn id=\"u%d_%d\"/><link_ctn id=\"d%d_%d\"/>", sa, da, sb, db);
-      else fprintf(f, "<link_ctn id=\"u%d_%d\"/><link_ctn id=\"spine\"/><link_ctn id=\"d%d_%d\"/>", sa, da, sb, db);
-      fprintf(f, "</route>\n");
+      fprintf(f, "<zoneRoute src=\"rail%d\" dst=\"rail%d\" gw_src=\"leaf%d\" gw_dst=\"leaf%d\" symmetrical=\"NO\">"
+                 "<link_ctn id=\"spine\"/></zoneRoute>\n", a, b, a, b);
     }
   }
   fprintf(f, "</zone></platform>\n");
@@ -184,7 +206,8 @@ static int loadPlatform(const struct simOpts* o) {
 }
 
 /* The latency of the route between two hosts (the platform's links carry none: a segment is
- * delivered this long after its last byte left): up and down (and the spine), 1 us in a server. */
+ * delivered this long after its last byte left): up and down (and the spine), 1 us in a server.
+ * A shared-memory host's name (h<s>_<d>_shm) reads as its NIC's. */
 static double routeLatency(sg_host_t a, sg_host_t b) {
   int sa, da, sb, db;
   if (sscanf(sg_host_get_name(a), "h%d_%d", &sa, &da) != 2 || sscanf(sg_host_get_name(b), "h%d_%d", &sb, &db) != 2)
@@ -303,19 +326,25 @@ static int workNic(struct mendOffline* off, const struct simWork* w) {
   return 0;
 }
 
-static sg_host_t nicHost(struct mendOffline* off, int rank, int nic) {
-  char host[32];
-  snprintf(host, sizeof(host), "h%d_%d", mendOfflineServer(off, rank), nic);
+/* The host of a rank's NIC on its rail, or (shm) the one where it sends and receives within its
+ * server. */
+static sg_host_t nicHost(struct mendOffline* off, int rank, int nic, int shm) {
+  char host[48];
+  snprintf(host, sizeof(host), "h%d_%d%s", mendOfflineServer(off, rank), nic, shm ? "_shm" : "");
   return sg_host_by_name(host);
 }
 
-/* A work's hosts (home, per connector its hop's), its receivers' semaphores and senders' FIFOs. */
+/* A work's hosts (home, per connector its hop's), its receivers' semaphores and senders' FIFOs.
+ * A hop within the server uses the home NIC's shared-memory host (the platform routes those
+ * over the server's link); one between servers without a NIC, the home host. */
 static int placeWork(struct mendOffline* off, struct simWork* w) {
-  w->home = nicHost(off, w->rank, workNic(off, w));
+  int homeNic = workNic(off, w);
+  w->home = nicHost(off, w->rank, homeNic, 0);
   if (w->home == NULL) return -1;
   for (int i = 0; i < w->prog->nPeers; i++) {
     int d = hopNic(off, w, w->prog->peers + i);
-    w->hop[i] = d >= 0 ? nicHost(off, w->rank, d) : w->home;
+    int local = mendOfflineServer(off, w->prog->peers[i].rank) == mendOfflineServer(off, w->rank);
+    w->hop[i] = d >= 0 ? nicHost(off, w->rank, d, 0) : local ? nicHost(off, w->rank, homeNic, 1) : w->home;
     if (w->hop[i] == NULL) return -1;
     int recv = w->prog->peers[i].dir == MEND_RECV;
     w->arrived[i] = recv ? sg_sem_init(0) : NULL;
@@ -387,6 +416,27 @@ static int startActors(struct mendOffline* off, const struct simOpts* o) {
   return 0;
 }
 
+/* SimGrid gives each actor an 8 MiB stack, mapped (only touched pages count) behind a guard page
+ * that splits its mapping in two, so Linux's default limit of 65,530 mappings per process
+ * (vm.max_map_count) holds some 30,000 actors (8,192 GPUs need 41,000).  Past that the guard
+ * pages go; past the limit itself the stacks shrink to 64 KiB, taken from the heap (no mapping
+ * each, but all of it touched).  An actor's stack use is 4-8 KiB: 4 KiB overflowed, 8 KiB ran,
+ * both behind guard pages (a 16-server run). */
+#define SIM_MAPS_SPARE 4096 /* mappings besides actors' stacks: libraries, heap, the platform */
+static int stackOpts(char** opts) {
+  long actors = nWorks, maxMaps = 65530;
+  for (int i = 0; i < nWorks; i++) actors += works[i].prog->nPeers;
+  FILE* f = fopen("/proc/sys/vm/max_map_count", "r");
+  if (f != NULL) {
+    if (fscanf(f, "%ld", &maxMaps) != 1) maxMaps = 65530;
+    fclose(f);
+  }
+  int n = 0;
+  if (2 * actors + SIM_MAPS_SPARE > maxMaps) opts[n++] = "--cfg=contexts/guard-size:0";
+  if (actors + SIM_MAPS_SPARE > maxMaps) opts[n++] = "--cfg=contexts/stack-size:64";
+  return n;
+}
+
 int main(int argc, char** argv) {
   struct simOpts o;
   memset(&o, 0, sizeof(o));
@@ -397,11 +447,6 @@ int main(int argc, char** argv) {
   ncclResult_t res = mendOfflineCreate(&o.topo, &off);
   if (res != ncclSuccess) return res == ncclInvalidArgument ? 2 : 1;
   int n = mendOfflineRanks(off);
-  if ((long)o.topo.nServers * hostNics(&o.topo) > SIM_MAX_HOSTS) {
-    fprintf(stderr, "mend-sim: %d servers x %d NICs exceed %d hosts (explicit routes)\n", o.topo.nServers,
-            hostNics(&o.topo), SIM_MAX_HOSTS);
-    return 2;
-  }
   struct mendOp op = {.func = MEND_FUNC_ALLREDUCE, .count = o.bytes / 4, .type = ncclFloat, .userOp = ncclSum};
   if (mendRedOpResolve(ncclSum, ncclFloat, n, &op.redop) != ncclSuccess || collectWorks(off, &op) != 0) return 1;
   struct mendReplanChoice ch;
@@ -410,9 +455,9 @@ int main(int argc, char** argv) {
    * latencies are the platform's). */
   char loopBw[64];
   snprintf(loopBw, sizeof(loopBw), "--cfg=network/loopback-bw:%.0f", o.shmGbps * 1e9 / 8);
-  int sgArgc = 5;
-  char* sgArgv[] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", loopBw,
-                    "--cfg=network/loopback-lat:0", NULL};
+  char* sgArgv[8] = {argv[0], "--log=root.thresh:warning", "--cfg=network/model:CM02", loopBw,
+                     "--cfg=network/loopback-lat:0", NULL};
+  int sgArgc = 5 + stackOpts(sgArgv + 5);
   simgrid_init(&sgArgc, sgArgv);
   linkLatency = o.latencyUs * 1e-6;
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
