@@ -14,7 +14,13 @@ iteration 6 x 7e9 x (512 x 2048 tokens) / (GPUs x 989 TFLOP/s x 40 % MFU), not o
 communication.  The AllReduce is simulated at --bytes and scaled linearly to 28 GB (mend-sim's time
 is bandwidth-bound and linear in size at these sizes: 256 MiB -> 1 GiB gave x 4.00).
 
-Writes <out>/r2ccl_study.csv and <out>/r2ccl_study.png.
+The planner's cost-model constants describe the simulated network, as `mend-info --calibrate` would
+on the cluster: <out>/calib.txt (net hop latency 2 x 2.5 us, a channel at one NIC's line rate, a
+rank at all its NICs') is passed as MEND_CALIB_FILE.  The built-in constants are this machine's
+sockets (about 1 GB/s a channel): with them the planner picks rings at 1,024 servers, where the
+simulated ring (2,046 steps of 32 KiB) takes twice the tree's time (--calib builtin keeps them).
+
+Writes <out>/r2ccl_study.csv, <out>/r2ccl_study.png and <out>/calib.txt.
 """
 import argparse
 import csv
@@ -33,7 +39,10 @@ def simulate(args, faults, mode):
     topo += "".join(";down=%d,%d" % f for f in faults)
     cmd = [args.sim, "-e", topo, "--bytes", str(args.bytes), "--replan", mode, "--shm-gbps", "3600",
            "--latency-us", "2.5", "--goodput", "1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ)
+    if args.calib_file:
+        env["MEND_CALIB_FILE"] = args.calib_file
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     m = re.search(r"schedule (\S+) simulated ([0-9.]+) s", out.stdout)
     if out.returncode != 0 or not m:
         sys.exit("mend-sim failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
@@ -58,7 +67,17 @@ def main():
     ap.add_argument("--bytes", type=int, default=256 << 20)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="sim/results")
+    ap.add_argument("--calib", choices=("network", "builtin"), default="network",
+                    help="cost-model constants: the simulated network's (default) or the built-in ones")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    args.calib_file = None
+    if args.calib == "network":
+        args.calib_file = os.path.abspath(os.path.join(args.out, "calib.txt"))
+        with open(args.calib_file, "w") as f:
+            f.write("# the simulated network (sim/r2ccl_study.py): hop latency, one NIC, all NICs\n")
+            f.write("net.alpha_us %g\nnet.bw_channel_gbs %g\nnet.bw_max_gbs %g\n"
+                    % (2 * 2.5, args.gbps / 8, args.nics * args.gbps / 8))
     gpus = args.servers * args.gpus
     grad = args.gpus * 7e9 / 4 * 2                                   # bytes per server per iteration
     compute = 6 * 7e9 * 512 * 2048 / (gpus * 989e12 * 0.40)          # seconds
