@@ -37,6 +37,7 @@
 #include "comm.h"
 #include "enqueue/planview.h"
 #include "enqueue/tuning.h"
+#include "graph/graph.h"
 #include "misc/utils.h"
 
 #define R2_ALIGN_BYTES 64 /* windows start on this boundary, as plan.c's */
@@ -187,13 +188,13 @@ static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int o
   return res;
 }
 
-/* The NIC channel c's hops use at a rank with usable NICs m: its rail, else the next usable rail
- * after it (the failover order when every NIC is equally near; a rank's own distances are its own,
- * and the choice must be every rank's). */
+/* The NIC channel c's hops use at a rank with usable NICs m: the first usable one of the failover
+ * chain mendReplanHopNic follows (mendGraphNicChain with every NIC equally near: a rank's own
+ * distances are its own, and the choice must be every rank's). */
 static int placedNic(int c, int rails, uint32_t m) {
-  for (int i = 0; i < rails; i++) {
-    int d = (c + i) % rails;
-    if ((m >> d) & 1) return d;
+  int chain[MEND_VIEW_MAX_NICS], k = mendGraphNicChain(c, c % rails, rails, NULL, NULL, chain);
+  for (int i = 0; i < k; i++) {
+    if ((m >> chain[i]) & 1) return chain[i];
   }
   return c % rails;
 }
