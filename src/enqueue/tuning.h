@@ -134,7 +134,8 @@ struct mendReplanChoice {
   double costUs[MEND_NREPLANS];        /* the model's time per schedule, -1 where it cannot run */
 };
 /* Where an R2 plan's bytes land (plan_r2.c): its layout puts each level on channels, channel c on
- * rail c mod rails, or on the rank's next usable rail when it lost that one.  The time the busiest
+ * rail c mod rails, or on the first usable NIC of its failover chain (mendGraphNicChain, as
+ * mendReplanHopNic) when the rank lost that rail.  The time the busiest
  * NIC of the busiest degraded rank needs for its bytes (at bytesPerUs / rails per NIC), which the
  * model's slices (tuning_r2.c) do not see: a failed rail's channels pile onto one surviving NIC.
  * 0 when the view has no per-rank NIC masks or fewer than 2 rails. */
