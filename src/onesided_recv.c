@@ -102,21 +102,19 @@ static void consume(struct ncclComm* comm, int peer, const char* slot, uint64_t 
   if (st->left == 0) {
     struct mendRmaHdr h;
     if (n < sizeof(h)) {
-    breakStream(comm, peer, st, "short message header", n);
-    return;
-  }
+      breakStream(comm, peer, st, "short message header", n);
+      return;
+    }
     memcpy(&h, slot, sizeof(h));
     if (!startMsg(comm, peer, st, &h, n - sizeof(h))) {
-    breakStream(comm, peer, st, "malformed header", n);
-    return;
-  }
+      breakStream(comm, peer, st, "malformed header", n);
+      return;
+    }
     data += sizeof(h);
     n -= sizeof(h);
   } else if (n == 0 || n > st->left) {
-    {
     breakStream(comm, peer, st, "continuation longer than the message", n);
     return;
-  }
   }
   writeData(comm, peer, st, data, n);
   if (st->left != 0 || st->refused) return;

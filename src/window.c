@@ -124,7 +124,25 @@ struct winJob {
   struct winReq* reqs;
 };
 
-/* Every rank registered the same window (same number): sizes known, connectors up, handle made. */
+/* Unlink window `win` of comm; NULL when it is not one. */
+static struct mendWindow* unlinkWindow(struct ncclComm* comm, ncclWindow_t win) {
+  struct mendRma* rma = comm->rma;
+  struct mendWindow* found = NULL;
+  if (rma == NULL) return NULL;
+  pthread_mutex_lock(&rma->lock);
+  for (struct mendWindow** p = &rma->wins; *p; p = &(*p)->next) {
+    if ((void*)*p != (void*)win) continue;
+    found = *p;
+    *p = found->next;
+    break;
+  }
+  pthread_mutex_unlock(&rma->lock);
+  return found;
+}
+
+/* Every rank registered the same window (same number): sizes known, connectors up, handle made.
+ * The window is linked (the receiver accepts puts into it) before the allgather: a peer may put the
+ * moment its own registration returns, which can be before ours does. */
 static ncclResult_t winRegister(struct ncclComm* comm, struct mendRma* rma, const struct winReq* req) {
   struct winInfo* all = NULL;
   struct mendWindow* w = NULL;
@@ -132,34 +150,33 @@ static ncclResult_t winRegister(struct ncclComm* comm, struct mendRma* rma, cons
   MENDCHECKGOTO(MENDCALLOC(all, comm->nRanks), res, fail);
   MENDCHECKGOTO(MENDCALLOC(w, 1), res, fail);
   MENDCHECKGOTO(MENDCALLOC(w->peerSize, comm->nRanks), res, fail);
+  *w = (struct mendWindow){.magic = MEND_WIN_MAGIC, .comm = comm, .userPtr = req->buff, .size = req->size,
+                           .flags = req->flags, .seq = rma->nextSeq, .peerSize = w->peerSize};
+  pthread_mutex_lock(&rma->lock);
+  w->next = rma->wins;
+  rma->wins = w;
+  pthread_mutex_unlock(&rma->lock);
   all[comm->rank] = (struct winInfo){.seq = rma->nextSeq, .size = req->size};
-  MENDCHECKGOTO(mendBootstrapAllGather(comm->bootstrap, all, sizeof(*all)), res, fail);
+  MENDCHECKGOTO(mendBootstrapAllGather(comm->bootstrap, all, sizeof(*all)), res, unlink);
   for (int r = 0; r < comm->nRanks; r++) {
     if (all[r].seq != rma->nextSeq) {
       WARN("ncclCommWindowRegister: rank %d registers its window number %llu while rank %d registers number "
            "%llu: every rank must register the same windows in the same order", comm->rank,
            (unsigned long long)rma->nextSeq, r, (unsigned long long)all[r].seq);
       res = ncclInvalidUsage;
-      goto fail;
+      goto unlink;
     }
     w->peerSize[r] = all[r].size;
   }
-  MENDCHECKGOTO(mendRmaConnect(comm, rma), res, fail);
-  w->magic = MEND_WIN_MAGIC;
-  w->comm = comm;
-  w->userPtr = req->buff;
-  w->size = req->size;
-  w->flags = req->flags;
-  w->seq = rma->nextSeq++;
-  pthread_mutex_lock(&rma->lock);
-  w->next = rma->wins;
-  rma->wins = w;
-  pthread_mutex_unlock(&rma->lock);
+  MENDCHECKGOTO(mendRmaConnect(comm, rma), res, unlink);
+  rma->nextSeq++;
   *req->win = (ncclWindow_t)w;
   INFO(NCCL_REG, "comm %p rank %d: window %llu registered (%p, %zu bytes, flags 0x%x)", (void*)comm, comm->rank,
        (unsigned long long)w->seq, req->buff, req->size, req->flags);
   free(all);
   return ncclSuccess;
+unlink:
+  unlinkWindow(comm, (ncclWindow_t)w);
 fail:
   if (w) free(w->peerSize);
   free(w);
@@ -227,22 +244,6 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
     return ncclSystemError;
   }
   return isNew ? mendGroupAddJob(comm, winJobRun, j, winJobFree) : ncclSuccess;
-}
-
-/* Unlink window `win` of comm; NULL when it is not one. */
-static struct mendWindow* unlinkWindow(struct ncclComm* comm, ncclWindow_t win) {
-  struct mendRma* rma = comm->rma;
-  struct mendWindow* found = NULL;
-  if (rma == NULL) return NULL;
-  pthread_mutex_lock(&rma->lock);
-  for (struct mendWindow** p = &rma->wins; *p; p = &(*p)->next) {
-    if ((void*)*p != (void*)win) continue;
-    found = *p;
-    *p = found->next;
-    break;
-  }
-  pthread_mutex_unlock(&rma->lock);
-  return found;
 }
 
 static void windowFree(struct mendWindow* w) {

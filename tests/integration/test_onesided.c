@@ -10,6 +10,9 @@
  *   - errors_*: argument errors (window, range, sigIdx, ctx, group, suspended, deregistered), and a
  *     put the receiver must refuse (its window deregistered there only): the target's
  *     ncclWaitSignal fails with ncclRemoteError instead of writing freed memory;
+ *   - fresh_*: a put right after the first registration on a fresh communicator (ncclCommSplit),
+ *     FRESH_ROUNDS times: a peer may put the moment its own registration returns, so the target
+ *     must accept puts into a window before its own ncclCommWindowRegister has returned;
  *   - suspend_*: MemStats before, while suspended (NCCL_SUSPEND_MEM frees the shm connectors: Total
  *     drops by exactly the releasable bytes, 0 over sockets) and after resume (the first AllReduce
  *     makes them again), every operation refused while suspended (collective, send, put, signal),
@@ -160,6 +163,29 @@ static void errors(const struct mpChild* c) {
   CKOK(ncclCommDestroy(comm));
 }
 
+/* Each round: a new communicator, one window, a put+signal into the next rank's window at once. */
+#define FRESH_ROUNDS 40
+static void fresh(const struct mpChild* c) {
+  ncclComm_t comm = mpInitComm(c->rank, c->n, c->arg);
+  int next = (c->rank + 1) % c->n, prev = (c->rank + c->n - 1) % c->n;
+  static float win[NB], x[NB];
+  for (int r = 0; r < FRESH_ROUNDS; r++) {
+    ncclComm_t sub = NULL;
+    ncclWindow_t w = NULL;
+    CKOK(ncclCommSplit(comm, 0, c->rank, &sub, NULL));
+    for (int i = 0; i < NB; i++) win[i] = -1, x[i] = (float)(c->rank * 1000 + r * 10 + i);
+    CKOK(ncclCommWindowRegister(sub, win, sizeof(win), &w, 0));
+    CKOK(ncclPutSignal(x, NB, ncclFloat, next, w, 0, 0, 0, 0, sub, NULL));
+    ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+    CKOK(ncclWaitSignal(1, &d, sub, NULL));
+    for (int i = 0; i < NB; i++) CK(win[i] == (float)(prev * 1000 + r * 10 + i));
+    CK(allReduceOk(sub, c->rank, c->n)); /* nobody deregisters while a put may still come */
+    CKOK(ncclCommWindowDeregister(sub, w));
+    CKOK(ncclCommDestroy(sub));
+  }
+  CKOK(ncclCommDestroy(comm));
+}
+
 static uint64_t memStat(ncclComm_t comm, ncclCommMemStat_t s) {
   uint64_t v = UINT64_MAX;
   CKOK(ncclCommMemStats(comm, s, &v));
@@ -273,6 +299,7 @@ int main(int argc, char** argv) {
     if (strcmp(c.scenario, "ring") == 0) ring(&c);
     else if (strcmp(c.scenario, "errors") == 0) errors(&c);
     else if (strcmp(c.scenario, "suspend") == 0) suspendResume(&c);
+    else if (strcmp(c.scenario, "fresh") == 0) fresh(&c);
     else return 2;
     return 0;
   }
@@ -288,6 +315,8 @@ int main(int argc, char** argv) {
   mpRun("onesided_ring_resilient_net_3ranks", "ring", 3, resil, 60, 3, 0);
   mpRun("onesided_errors_shm", "errors", 2, shm, 60, 2, 0);
   mpRun("onesided_errors_sockets", "errors", 2, net, 60, 2, 0);
+  mpRun("onesided_fresh_shm_3ranks", "fresh", 3, shm, 60, 3, 0);
+  mpRun("onesided_fresh_sockets_3ranks", "fresh", 3, net, 60, 3, 0);
   mpRun("onesided_suspend_shm_3ranks", "suspend", 3, shm, 60, 3, 0);
   mpRun("onesided_suspend_sockets_2ranks", "suspend", 2, net, 60, 2, 0);
   return mtExitCode();

@@ -41,7 +41,8 @@ try:
     outs = [r.output or "" for r in res.ranks]
     exact = [re.search(r"onesided rank \d+: \d+ rounds exact", o) for o in outs]
     check(res.ok and all(exact), "every rank exact, exit 0",
-          "; ".join("rank %d exit %s: %s" % (r.rank, r.code, (r.output or "")[-300:]) for r in res.ranks))
+          "; ".join("rank %d exit %s: %s" % (r.rank, r.code, (r.output or "")[-300:].replace("\n", " | "))
+                    for r in res.ranks))
     check(t_end - t0 - 1.5 >= 1.0, "the job ran on after the fault (%.1f s after it)" % (t_end - t0 - 1.5),
           "raise OS_ROUNDS so the fault lands inside running puts")
     log = "".join(open(f, errors="replace").read() for f in glob.glob(os.path.join(logdir, "mend.*")))
