@@ -213,12 +213,15 @@ static void logPeers(struct ncclComm* comm) {
  * data already in a FIFO is still used), and in device mode stop the kernels when the peer died.
  * Net connectors have their own failure detection (hot repair).  A lost peer (died or aborted)
  * breaks the communicator: every connector fails, net ones too, since ranks that wait on a survivor
- * which already left the operation would wait forever; the application shrinks or aborts it. */
+ * which already left the operation would wait forever; the application shrinks or aborts it; and
+ * connection setup in progress stops (lostPeer; transport_connect.c) instead of waiting for a
+ * connect that will never come, from the lost peer or from a survivor that already gave up. */
 static void peerGone(void* arg, int peer, int lost) {
   struct ncclComm* comm = arg;
   struct mendTransport* t = comm->transport;
   int marked = 0;
   pthread_mutex_lock(&t->lock);
+  if (lost && t->lostPeer < 0) t->lostPeer = peer;
   for (size_t i = 0; i < sizeof(t->slices) / sizeof(t->slices[0]); i++) {
     for (int r = lost ? 0 : peer; r < (lost ? comm->nRanks : peer + 1); r++) {
       struct mendConnector* conn = t->slices[i] ? t->slices[i][r] : NULL;
@@ -251,6 +254,7 @@ ncclResult_t mendTransportInit(struct ncclComm* comm) {
   struct mendTransport* t;
   MENDCHECK(checkForce());
   MENDCHECK(MENDCALLOC(t, 1));
+  t->lostPeer = -1;
   comm->transport = t;
   pthread_mutex_init(&t->lock, NULL);
   MENDCHECKGOTO(validateBuffsize(t), res, fail);

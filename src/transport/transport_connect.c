@@ -157,6 +157,20 @@ static ncclResult_t recvInfos(struct ncclComm* comm, struct connectJob* job) {
   return ncclSuccess;
 }
 
+/* A peer was lost (died or aborted) while connectors are pending: the communicator is broken, and
+ * a pending connect may never come (from that peer, or from a survivor that saw it first and gave
+ * up).  A peer that closed its communicator normally is not a reason: its data may be in flight. */
+static int setupBroken(struct ncclComm* comm) {
+  struct mendTransport* t = comm->transport;
+  pthread_mutex_lock(&t->lock);
+  int peer = t->lostPeer;
+  pthread_mutex_unlock(&t->lock);
+  if (peer < 0) return 0;
+  WARN("transport: rank %d stops connection setup: rank %d is gone (its process died or aborted); shrink or "
+       "abort the communicator", comm->rank, peer);
+  return 1;
+}
+
 /* Complete every connector; Net ones may need several rounds (connect/accept in progress). */
 static ncclResult_t completeAll(struct ncclComm* comm, struct connectJob* job) {
   int64_t deadline = mendTimeMs() + mendParamConnectTimeout();
@@ -178,6 +192,7 @@ static ncclResult_t completeAll(struct ncclComm* comm, struct connectJob* job) {
       WARN("transport: rank %d: connection setup aborted", comm->rank);
       return ncclInternalError;
     }
+    if (setupBroken(comm)) return ncclRemoteError;
     if (mendTimeMs() > deadline) {
       WARN("transport: rank %d: %d connection(s) not established after %lld ms (MEND_CONNECT_TIMEOUT_MS)",
            comm->rank, left, (long long)mendParamConnectTimeout());

@@ -68,7 +68,9 @@ struct mendTransport {
   struct mendBellSeg* bellSeg;            /* the page holding comm->bell */
   void** peerBellMap;                     /* [nRanks] our mapping of a shm peer's bell page, or NULL */
   struct mendConnector** slices[MEND_MAXCHANNELS * MEND_NCONN_INDEX * 2]; /* [channel][connIndex][dir] -> [nRanks] */
-  pthread_mutex_t lock;                   /* connector table changes (connect vs free) */
+  pthread_mutex_t lock;                   /* connector table changes (connect vs free), lostPeer */
+  int lostPeer;                           /* the first peer lost (died or aborted), -1 while none: the
+                                           * communicator is broken; under lock */
   size_t buffBytes;                       /* NCCL_BUFFSIZE, validated */
   const mendNet_t* net;                   /* Net for net connectors (NULL until needed): the resilient one when on */
   void* netCtx;                           /* the Net's per-communicator context */

@@ -8,7 +8,8 @@
  *     communicator without the lost rank;
  *   - a non-blocking init whose peer never arrives is ended by ncclCommAbort within 1 s;
  *   - with no abort at all, an AllReduce that needs a dead rank fails within DEAD_BOUND_S (2 s), and
- *     the WARN names the dead rank and its host (dead_alone).
+ *     the WARN names the dead rank and its host (dead_alone); also when it died before any operation,
+ *     so the survivors' first AllReduce is still setting up its connectors (dead_before_connect).
  * Over shared memory and over sockets.  The parent SIGCONTs/kills a stopped rank once the others
  * are done.
  */
@@ -89,17 +90,19 @@ static void scInflight(int rank, int n, const char* dir, int dead) {
 
 /* Survivors, no abort: an AllReduce that needs a rank whose process died fails on its own, in
  * bounded time, and the communicator reports the error (over shm it waited forever). */
-static void scDeadAlone(int rank, int n, const char* dir) {
+static void scDeadAlone(int rank, int n, const char* dir, int connectFirst) {
   char logPath[600];
   snprintf(logPath, sizeof logPath, "%s/log.%d", dir, rank);
   setenv("NCCL_DEBUG_FILE", logPath, 1); /* before the first call reads it */
   ncclComm_t comm = initFromFile(rank, n, dir);
   float* buf = calloc(COUNT, sizeof(float));
   CK(buf != NULL);
-  CKOK(ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL)); /* every connector it needs is up */
-  /* An operation completes once its sends are queued: the dying rank's last slots must reach the
-   * others (its proxy sends them) before it goes. */
-  usleep(300 * 1000);
+  if (connectFirst) {
+    CKOK(ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL)); /* every connector it needs is up */
+    /* An operation completes once its sends are queued: the dying rank's last slots must reach the
+     * others (its proxy sends them) before it goes. */
+    usleep(300 * 1000);
+  }
   if (rank == n - 1) loseSelf(1);
   usleep(300 * 1000); /* the process is gone before the collective starts */
   double t0 = mtNow();
@@ -122,6 +125,37 @@ static void scDeadAlone(int rank, int n, const char* dir) {
   if (f) fclose(f);
   if (!named) fprintf(stderr, "rank %d: no WARN naming '%s...' in %s\n", rank, want, logPath);
   CK(named);
+  CKOK(ncclCommAbort(comm));
+  free(buf);
+}
+
+/* Rank 0 exchanges with rank 1 and sends to the last rank in one group; rank 1 only exchanges with
+ * rank 0; the last rank takes no part and dies DEAD_LATE_S in (while rank 0 waits for its connection
+ * info).  Rank 0 then fails, and rank 1, which needs nothing from the dead rank but waits for rank
+ * 0's connectors, must fail within DEAD_BOUND_S of the death as well (not at the connect timeout). */
+#define DEAD_LATE_S 1.0
+static void scDeadMidSetup(int rank, int n, const char* dir) {
+  ncclComm_t comm = initFromFile(rank, n, dir);
+  float* buf = calloc(2 * COUNT, sizeof(float));
+  CK(buf != NULL);
+  double t0 = mtNow();
+  if (rank == n - 1) {
+    usleep((useconds_t)(DEAD_LATE_S * 1e6));
+    loseSelf(1);
+  }
+  int other = 1 - rank;
+  CKOK(ncclGroupStart());
+  CKOK(ncclSend(buf, COUNT, ncclFloat, other, comm, NULL));
+  CKOK(ncclRecv(buf + COUNT, COUNT, ncclFloat, other, comm, NULL));
+  if (rank == 0) CKOK(ncclSend(buf, COUNT, ncclFloat, n - 1, comm, NULL));
+  ncclResult_t res = ncclGroupEnd();
+  double took = mtNow() - t0;
+  CK(res != ncclSuccess);
+  if (took > DEAD_LATE_S + DEAD_BOUND_S) {
+    fprintf(stderr, "rank %d: the group beside the dead rank failed only %.3f s after its death\n", rank,
+            took - DEAD_LATE_S);
+    exit(1);
+  }
   CKOK(ncclCommAbort(comm));
   free(buf);
 }
@@ -210,7 +244,9 @@ static int child(char** argv) {
   else if (strcmp(sc, "destroy_stopped") == 0) scDestroyStopped(rank, n, dir);
   else if (strcmp(sc, "init_missing") == 0) scInitMissing(rank, n, dir);
   else if (strcmp(sc, "revoke_shrink") == 0) scRevokeShrink(rank, n, dir);
-  else if (strcmp(sc, "dead_alone") == 0) scDeadAlone(rank, n, dir);
+  else if (strcmp(sc, "dead_alone") == 0) scDeadAlone(rank, n, dir, 1);
+  else if (strcmp(sc, "dead_before_connect") == 0) scDeadAlone(rank, n, dir, 0);
+  else if (strcmp(sc, "dead_mid_setup") == 0) scDeadMidSetup(rank, n, dir);
   else {
     fprintf(stderr, "unknown scenario %s\n", sc);
     return 2;
@@ -230,7 +266,7 @@ int main(int argc, char** argv) {
   if (!mtStart("abort", 500)) return mtExitCode();
   const char* const net[] = {"NCCL_SHM_DISABLE=1", "NCCL_SOCKET_IFNAME=lo", NULL};
   const char* scs[] = {"inflight_stopped", "inflight_dead", "idle_stopped", "idle_dead", "destroy_stopped",
-                       "revoke_shrink", "dead_alone"};
+                       "revoke_shrink", "dead_alone", "dead_before_connect", "dead_mid_setup"};
   for (int t = 0; t < 2; t++) {
     for (size_t s = 0; s < sizeof(scs) / sizeof(scs[0]); s++) {
       char name[96];
