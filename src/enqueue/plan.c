@@ -231,12 +231,13 @@ static ncclResult_t planColl(struct mendPlan* plan, struct mendPlanner* pl, cons
   int blockedRecv = op->func == MEND_FUNC_ALLGATHER, blockedSend = op->func == MEND_FUNC_REDUCESCATTER;
   size_t nBytes = op->count * ts * ((blockedRecv || blockedSend) ? (size_t)comm->nRanks : 1);
   struct mendChoice ch;
-  MENDCHECK(mendTuneColl(comm, pl, op, nBytes, &ch));
+  MENDCHECK(mendTuneColl(comm, pl, op, nBytes, plan->collAlgo, &ch));
   plan->estUs += ch.estUs;
   size_t align = ts < COLL_ALIGN_BYTES ? COLL_ALIGN_BYTES / ts : 1;
   int weights[MEND_MAXCHANNELS];
   size_t off[MEND_MAXCHANNELS], len[MEND_MAXCHANNELS];
-  int even = mendReplanBackupOnly(); /* MEND_REPLAN=backup: today's even split, whatever the view says */
+  /* Backup (MEND_REPLAN=backup, or the per-call choice): the even split, whatever the view says. */
+  int even = mendReplanBackupOnly() || plan->collEven;
   for (int c = 0; c < ch.nChannels; c++) weights[c] = even ? 1 : plan->view->ch[c].weight;
   MENDCHECK(mendPlanSplit(weights, ch.nChannels, op->count, align, off, len));
   struct mendWorkArgs args = {
@@ -380,6 +381,7 @@ ncclResult_t mendPlanBuildView(struct ncclComm* comm, const struct mendPlanView*
   struct mendPlan* plan;
   MENDCHECK(MENDCALLOC(plan, 1));
   plan->comm = comm;
+  plan->collAlgo = -1;
   MENDCHECKGOTO(planSelf(plan, ops, nOps), res, fail_free_plan);
   for (int i = 0; i < nOps; i++) {
     plan->view = view;

@@ -94,6 +94,8 @@ struct mendPlan {
   void* joins[MEND_MAX_JOIN_STREAMS]; /* streams of the ops beyond the first op's (device mode) */
   int nJoins;                    /* how many */
   const struct mendPlanView* view;/* view of the op being planned (rings, trees, NICs) */
+  int collAlgo;                  /* AllReduce under a degraded view: the algorithm its choice priced (-1: none) */
+  int collEven;                  /* ... and 1 when it chose backup: the even split, not the view's weights */
 };
 
 /* Planner state of a communicator, created on first use with the transport's connectors. */
@@ -139,9 +141,11 @@ ncclResult_t mendPlanGather(struct mendPlan* plan, const struct mendOp* op, int 
 ncclResult_t mendPlanScatter(struct mendPlan* plan, const struct mendOp* op, int opIndex);
 
 /* ---- tuning.c ---- */
-/* Algorithm, protocol, channels and chunk for a collective (not P2P) of nBytes. */
+/* Algorithm, protocol, channels and chunk for a collective (not P2P) of nBytes.  algoHint (Ring or
+ * Tree; -1: none) is the algorithm the re-planned AllReduce's choice priced: it replaces the model's
+ * Ring or Tree unless a tuner plugin decides (recursive doubling is still taken where it wins). */
 ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const struct mendOp* op, size_t nBytes,
-                          struct mendChoice* choice);
+                          int algoHint, struct mendChoice* choice);
 /* Estimated time of a direct transfer of nBytes to `peer`. */
 double mendTuneP2pUs(struct ncclComm* comm, struct mendPlanner* pl, size_t nBytes);
 

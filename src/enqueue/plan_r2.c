@@ -188,10 +188,8 @@ static ncclResult_t planR2(struct mendPlan* plan, const struct mendOp* op, int o
   return res;
 }
 
-/* The NIC channel c's hops use at a rank with usable NICs m: the first usable one of the failover
- * chain mendReplanHopNic follows (mendGraphNicChain with every NIC equally near: a rank's own
- * distances are its own, and the choice must be every rank's). */
-static int placedNic(int c, int rails, uint32_t m) {
+/* (tuning.h) */
+int mendReplanPlacedNic(int c, int rails, uint32_t m) {
   int chain[MEND_VIEW_MAX_NICS], k = mendGraphNicChain(c, c % rails, rails, NULL, NULL, chain);
   for (int i = 0; i < k; i++) {
     if ((m >> chain[i]) & 1) return chain[i];
@@ -212,7 +210,7 @@ static double busiestNic(int r, int nRanks, const int* rankCap, const uint32_t* 
     /* A member: its ring's share (and, on a partial level, the chain: each member receives and
      * forwards the final value); an outer rank: its input out and the result in. */
     double bytes = l == 0 ? 2.0 * (nRanks - 1) / nRanks * b : (cap >= lv->minCap ? 2.0 * (k - 1) / k * b + b : b);
-    for (int i = 0; i < nch[l]; i++) load[placedNic(chans[l][i], rails, rankNics[r])] += bytes;
+    for (int i = 0; i < nch[l]; i++) load[mendReplanPlacedNic(chans[l][i], rails, rankNics[r])] += bytes;
   }
   for (int d = 0; d < rails; d++) most = load[d] > most ? load[d] : most;
   return most;
@@ -240,7 +238,14 @@ ncclResult_t mendPlanAllReduce(struct mendPlan* plan, struct mendPlanner* pl, co
                                mendPlanCollFn coll) {
   struct mendReplanChoice rc;
   MENDCHECK(mendTuneAllReduce(plan->comm, pl, plan->view, op->count * mendTypeSize(op->type), &rc));
-  if (rc.replan < MEND_REPLAN_R2) return coll(plan, pl, op, opIndex);
+  if (rc.replan < MEND_REPLAN_R2) {
+    plan->collAlgo = rc.algo;
+    plan->collEven = rc.replan == MEND_REPLAN_BACKUP;
+    ncclResult_t res = coll(plan, pl, op, opIndex);
+    plan->collAlgo = -1;
+    plan->collEven = 0;
+    return res;
+  }
   plan->estUs += rc.estUs;
   return planR2(plan, op, opIndex, &rc);
 }

@@ -14,10 +14,12 @@
  *
  * AllReduce under a degraded plan view (some rank's capacity below 1000 permille) first goes
  * through mendTuneAllReduce: the model's times of backup (the ring/tree plan with the slowest
- * rank's busiest NIC carrying its lost NICs' channels), Balance (the ring/tree plan at the slowest
- * rank's capacity: the weights spread its traffic over its usable NICs), R2 and recursive R2
- * (tuning_r2.c); the least wins unless MEND_REPLAN forces one.  Backup and Balance then plan as
- * any collective (mendTuneColl, where the tuner plugin is asked); R2 plans are built by plan_r2.c.
+ * rank's busiest NIC carrying its lost NICs' channels, evenly split), Balance (the ring/tree plan at
+ * the slowest rank's capacity: the weights spread its traffic over its usable NICs), R2 and
+ * recursive R2 (tuning_r2.c); a tree's backup and Balance are priced host by host (treeSchedules).
+ * The least wins unless MEND_REPLAN forces one.  Backup and Balance then plan as any collective
+ * (mendTuneColl, where the tuner plugin is asked, given the algorithm they were priced for); R2
+ * plans are built by plan_r2.c.
  */
 #include "enqueue/tuning.h"
 #include "enqueue/calib.h"
@@ -25,6 +27,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <strings.h>
 #include <string.h>
 
@@ -154,22 +157,25 @@ static int depthOf(int n) {
   return d;
 }
 
-/* How much longer than its pooled-bandwidth time a tree AllReduce takes on the busiest NIC.  A
- * channel uses tree c mod 2 (graph/channels.c) and NIC c mod nRails, so with an even NIC count every
- * channel of a NIC is in the same tree.  A host inner in a tree moves 3 units of a channel's data
- * each way (two children and the parent), a leaf 1, where the pooled time assumes 2 (an inner node
- * in one tree is a leaf in the other): a NIC whose channels are all of the host's inner tree needs
- * 3/2 of the time.  1 when nothing piles up (one NIC, odd NIC counts with two channels per NIC). */
+/* How much longer than its pooled-bandwidth time (2 S over every NIC) a tree AllReduce takes on its
+ * busiest NIC.  A channel uses tree c mod 2 (graph/channels.c) and NIC c mod nRails, and its reduce
+ * (up) and broadcast (down) phases run one after the other (gen_tree.c): up, a host receives from
+ * its children and sends to its parent; down, the reverse.  A NIC carrying a channels of the tree
+ * its host is inner in (two children and a parent) and b of the other tree (where it is a leaf) is
+ * busy max(2a, a + b) in each phase where the pooled time assumes a + b: with an even NIC count all
+ * of a NIC's channels are in one tree and the factor is 2.  1 when nothing piles up (one NIC, fewer
+ * than 4 hosts: no host with two children and a parent, a NIC with as many channels of each tree). */
 static double treeNicFactor(const struct mendCostIn* in) {
   int hosts = in->nNodes > 0 ? in->nNodes : in->nRanks, R = in->nRails, nCh = in->nChannels;
-  int inner = hosts >= 4 ? 3 : (hosts == 3 ? 2 : 1);
-  if (R < 2 || nCh < 1 || inner == 1) return 1.0;
+  if (R < 2 || nCh < 1 || hosts < 4) return 1.0;
   double worst = 1.0;
   for (int d = 0; d < R && d < nCh; d++) {
     int t[2] = {0, 0};
     for (int c = d; c < nCh; c += R) t[c % 2]++;
-    double a = t[0], b = t[1], load = fmax(inner * a + b, a + inner * b);
-    worst = fmax(worst, load / (2.0 * (a + b)));
+    for (int inner = 0; inner < 2; inner++) {
+      double a = t[inner], b = t[1 - inner];
+      worst = fmax(worst, fmax(2 * a, a + b) / (a + b));
+    }
   }
   return worst;
 }
@@ -295,7 +301,7 @@ static int askTuner(struct ncclComm* comm, struct mendPlanner* pl, int func, siz
 }
 
 ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const struct mendOp* op, size_t nBytes,
-                          struct mendChoice* ch) {
+                          int algoHint, struct mendChoice* ch) {
   if (!pl->masksParsed) parseMasks(comm, pl);
   int func = op->func, kind = worstKind(comm, pl);
   struct mendCostIn in = {.func = func, .nBytes = nBytes, .nRanks = comm->nRanks, .kind = kind,
@@ -316,6 +322,8 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
               mendParamProto());
   int nCh = in.nChannels;
   ch->algo = askTuner(comm, pl, func, nBytes, cost, &nCh);
+  if (pl->tuner == NULL && (algoHint == MEND_ALGO_RING || algoHint == MEND_ALGO_TREE) && cost[algoHint] >= 0)
+    ch->algo = algoHint;
   /* Recursive doubling is Mend's own: considered when NCCL_ALGO leaves the choice to Mend and no
    * tuner plugin decides (a plugin's table has no cell for it); MEND_RD=1 forces it, 0 rules it out. */
   int64_t rdMode = mendParamRd();
@@ -403,23 +411,130 @@ static void placeSplit(struct ncclComm* comm, const struct mendTuneViewSum* sum,
   if (placed > s->estUs) s->estUs = placed;
 }
 
+/* ---- a tree AllReduce under a degraded view: each host's busiest NIC per schedule ---- */
+
+/* What the host-level tree estimate needs: per host and tree its children and whether it has a
+ * parent, its usable NICs and each usable NIC's share of line rate. */
+struct treeHosts {
+  int nHosts, rails;
+  unsigned char* kids;  /* [2][nHosts] children in tree t */
+  unsigned char* up;    /* [2][nHosts] 1 when it has a parent in tree t */
+  uint32_t* nics;       /* [nHosts] usable NICs (the intersection over the host's ranks) */
+  double* nicCap;       /* [nHosts] line-rate share of each usable NIC (rankCap spread over them) */
+};
+
+static void treeHostsFree(struct treeHosts* t) {
+  free(t->kids);
+  free(t->up);
+  free(t->nics);
+  free(t->nicCap);
+}
+
+static int treeHostsInit(const struct ncclComm* comm, const struct mendTuneViewSum* sum, struct treeHosts* t) {
+  int H = comm->nNodes, R = comm->nRails;
+  memset(t, 0, sizeof(*t));
+  if (H < 4 || R < 2 || R > 32 || comm->rankToNode == NULL || sum->nRanks != comm->nRanks) return 0;
+  int* parent = malloc(sizeof(int) * (size_t)H);
+  int(*child)[2] = malloc(sizeof(int[2]) * (size_t)H);
+  int* cap = malloc(sizeof(int) * (size_t)H);
+  *t = (struct treeHosts){.nHosts = H, .rails = R, .kids = malloc(2 * (size_t)H), .up = malloc(2 * (size_t)H),
+                          .nics = malloc(sizeof(uint32_t) * (size_t)H), .nicCap = malloc(sizeof(double) * (size_t)H)};
+  int ok = parent && child && cap && t->kids && t->up && t->nics && t->nicCap;
+  for (int tr = 0; ok && tr < 2; tr++) {
+    mendGraphBtree(H, tr, parent, child);
+    for (int h = 0; h < H; h++) {
+      t->kids[tr * H + h] = (unsigned char)((child[h][0] >= 0) + (child[h][1] >= 0));
+      t->up[tr * H + h] = parent[h] >= 0;
+    }
+  }
+  uint32_t all = R >= 32 ? ~0u : (1u << R) - 1;
+  for (int h = 0; ok && h < H; h++) t->nics[h] = all, cap[h] = 1000;
+  for (int r = 0; ok && r < comm->nRanks; r++) {
+    int h = comm->rankToNode[r];
+    if (h < 0 || h >= H) ok = 0;
+    else if (sum->rankNics[r] != ~0u) t->nics[h] &= sum->rankNics[r], cap[h] = cap[h] < sum->rankCap[r] ? cap[h] : sum->rankCap[r];
+  }
+  for (int h = 0; ok && h < H; h++) {
+    int usable = __builtin_popcount(t->nics[h]);
+    t->nicCap[h] = usable ? cap[h] / 1000.0 * R / usable : 0;
+  }
+  free(parent);
+  free(child);
+  free(cap);
+  if (!ok) treeHostsFree(t);
+  return ok;
+}
+
+/* A tree AllReduce's time on its busiest NICs, relative to a NIC at line rate moving the whole
+ * vector once: channel c carries weight w[c] of the data (w NULL: even) in tree c mod 2 over NIC
+ * c mod rails, or where the view moves it (mendReplanPlacedNic); `healthy`: every NIC usable at
+ * line rate.  A channel's reduce (up) and broadcast (down) phases run one after the other
+ * (gen_tree.c), so each phase's time is its own busiest NIC direction: up, a host receives from its
+ * children and sends to its parent; down, the reverse. */
+static double treeBusiest(const struct treeHosts* t, const int* w, int nCh, int healthy) {
+  double total = 0, phase[2] = {0, 0};
+  for (int c = 0; c < nCh; c++) total += w ? w[c] : 1;
+  for (int h = 0; h < t->nHosts && total > 0; h++) {
+    if (!healthy && t->nicCap[h] <= 0) continue; /* no usable NIC: nothing the schedule can change */
+    double load[2][2][32] = {{{0}}}; /* [phase][0 receive, 1 send][NIC] */
+    for (int c = 0; c < nCh; c++) {
+      int d = healthy ? c % t->rails : mendReplanPlacedNic(c, t->rails, t->nics[h]), tr = (c % 2) * t->nHosts + h;
+      double share = (w ? w[c] : 1) / total;
+      load[0][0][d] += share * t->kids[tr], load[0][1][d] += share * t->up[tr];
+      load[1][0][d] += share * t->up[tr], load[1][1][d] += share * t->kids[tr];
+    }
+    double cap = healthy ? 1.0 : t->nicCap[h];
+    for (int ph = 0; ph < 2; ph++)
+      for (int dir = 0; dir < 2; dir++)
+        for (int d = 0; d < t->rails; d++) phase[ph] = fmax(phase[ph], load[ph][dir][d] / cap);
+  }
+  return phase[0] + phase[1];
+}
+
+/* Backup's and Balance's tree estimates: the healthy tree's bandwidth term scaled by how much
+ * longer its busiest NICs take.  Balance's weights are made for rings (replan.c): a lost NIC's
+ * channels are all of one tree when the NIC count is even, so the weights move data to the other
+ * channels and every host's busiest NIC carries more, while backup's moved channel adds to a NIC
+ * whose busiest phase and direction it often leaves unchanged (a host inner in one tree is a leaf
+ * in the other).  0 when the hosts cannot be priced (fewer than 4 hosts, one NIC). */
+static int treeSchedules(const struct ncclComm* comm, const struct mendTuneViewSum* sum,
+                         const struct mendPlanView* view, int nCh, double* balF, double* bakF) {
+  struct treeHosts t;
+  if (view == NULL || nCh < 1 || nCh > view->nChannels || !treeHostsInit(comm, sum, &t)) return 0;
+  int w[MEND_VIEW_MAX_CHANNELS];
+  for (int c = 0; c < nCh; c++) w[c] = view->ch[c].weight;
+  double healthy = treeBusiest(&t, NULL, nCh, 1);
+  *balF = treeBusiest(&t, w, nCh, 0) / healthy;
+  *bakF = treeBusiest(&t, NULL, nCh, 0) / healthy;
+  treeHostsFree(&t);
+  return healthy > 0;
+}
+
 /* The choice for the inputs of `key` under a view summarised as `sum` (the uncached path). */
-static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum* sum, const struct mendTuneKey* key,
-                            struct mendReplanChoice* c) {
+static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum* sum, const struct mendPlanView* view,
+                            const struct mendTuneKey* key, struct mendReplanChoice* c) {
   int n = key->nRanks, kind = key->kind, nCh = key->nChannels, forced = key->forced;
   size_t nBytes = key->nBytes;
   struct mendCostIn in = {.func = MEND_FUNC_ALLREDUCE, .nBytes = nBytes, .nRanks = n, .kind = kind, .nChannels = nCh,
                           .calib = calibOf(comm), .nRails = comm->nRails, .nNodes = comm->nNodes};
   struct mendCostIn in0 = in;
   in0.nBytes = 0;
+  double balF = 1 / sum->cmin, bakF = 1 / sum->bmin, treeBalF = 0, treeBakF = 0;
+  int treePriced = kind == MEND_TRANSPORT_NET && (key->algos >> MEND_ALGO_TREE & 1) &&
+                   treeSchedules(comm, sum, view, nCh, &treeBalF, &treeBakF);
+  int algo[MEND_NREPLANS] = {-1, -1, -1, -1, -1};
   for (int a = 0; a < 2; a++) {
     if (!(key->algos & (1u << a))) continue;
     /* R2's model (tuning_r2.c) has no reduction term: leave it out here too, so the candidates
      * compare like with like (and it does not scale with a NIC's capacity). */
     double full = mendTuneCostUs(&in, a) - reduceUs(&in, a), lat = mendTuneCostUs(&in0, a);
-    double bal = lat + (full - lat) / sum->cmin, bak = lat + (full - lat) / sum->bmin;
-    if (c->costUs[MEND_REPLAN_BALANCE] < 0 || bal < c->costUs[MEND_REPLAN_BALANCE]) c->costUs[MEND_REPLAN_BALANCE] = bal;
-    if (c->costUs[MEND_REPLAN_BACKUP] < 0 || bak < c->costUs[MEND_REPLAN_BACKUP]) c->costUs[MEND_REPLAN_BACKUP] = bak;
+    int tree = a == MEND_ALGO_TREE && treePriced;
+    double t[2] = {lat + (full - lat) * (tree ? treeBakF : bakF), lat + (full - lat) * (tree ? treeBalF : balF)};
+    for (int s = MEND_REPLAN_BACKUP; s <= MEND_REPLAN_BALANCE; s++) {
+      if (c->costUs[s] >= 0 && t[s - MEND_REPLAN_BACKUP] >= c->costUs[s]) continue;
+      c->costUs[s] = t[s - MEND_REPLAN_BACKUP];
+      algo[s] = a;
+    }
   }
   /* R2 levels are rings: only where Ring is allowed.  The NIC line rate stays out (it is this
    * host's, and the choice must be every rank's). */
@@ -438,6 +553,7 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   int pick = forced;
   if (forced == MEND_REPLAN_AUTO) {
     pick = MEND_REPLAN_BALANCE;
+    if (c->costUs[MEND_REPLAN_BACKUP] >= 0 && c->costUs[MEND_REPLAN_BACKUP] < c->costUs[pick]) pick = MEND_REPLAN_BACKUP;
     if (r2Ok && r2.estUs < c->costUs[pick]) pick = MEND_REPLAN_R2;
     if (recOk && rec.estUs < c->costUs[pick]) pick = MEND_REPLAN_RECURSIVE;
   } else if ((forced == MEND_REPLAN_RECURSIVE && !recOk) || (forced == MEND_REPLAN_R2 && !r2Ok)) {
@@ -447,6 +563,7 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   }
   c->replan = pick;
   c->estUs = c->costUs[pick];
+  if (treePriced && pick <= MEND_REPLAN_BALANCE) c->algo = algo[pick];
   if (pick == MEND_REPLAN_R2) c->split = r2;
   if (pick == MEND_REPLAN_RECURSIVE) c->split = rec;
   if (pick >= MEND_REPLAN_R2) r2Shape(comm, nBytes, nCh, c);
@@ -472,6 +589,7 @@ ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, co
                                size_t nBytes, struct mendReplanChoice* c) {
   memset(c, 0, sizeof(*c));
   for (int r = 0; r < MEND_NREPLANS; r++) c->costUs[r] = -1;
+  c->algo = -1;
   int forced = mendReplanParam(), n = comm->nRanks;
   c->replan = forced == MEND_REPLAN_BACKUP ? MEND_REPLAN_BACKUP : MEND_REPLAN_BALANCE;
   if (n <= 1 || view == NULL || view->nRanks != n || view->rankCap == NULL || view->rankNics == NULL)
@@ -488,7 +606,7 @@ ncclResult_t mendTuneAllReduce(struct ncclComm* comm, struct mendPlanner* pl, co
   struct mendTuneKey key;
   keyOf(comm, pl, nBytes, forced, &key);
   if (!mendTuneCacheFind(pl, &key, c)) {
-    chooseAllReduce(comm, sum, &key, c);
+    chooseAllReduce(comm, sum, view, &key, c);
     mendTuneCacheAdd(pl, &key, c);
   }
   mendTuneViewSumFree(&fresh);

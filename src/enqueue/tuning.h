@@ -132,7 +132,14 @@ struct mendReplanChoice {
   size_t chunkBytes;                   /* R2 / RECURSIVE: pipeline chunk */
   double estUs;                        /* the model's time of what runs */
   double costUs[MEND_NREPLANS];        /* the model's time per schedule, -1 where it cannot run */
+  int algo;                            /* BACKUP / BALANCE: the algorithm (Ring, Tree) the estimate is for
+                                        * where the trees were priced per host (-1: mendTuneColl's choice) */
 };
+/* The NIC channel c's hops use at a rank with usable NICs m (bit d: NIC d) over `rails` NICs: NIC
+ * c mod rails, else the first usable one of the failover chain mendReplanHopNic follows
+ * (mendGraphNicChain with every NIC equally near: a rank's own distances are its own, and the
+ * choice must be every rank's). */
+int mendReplanPlacedNic(int c, int rails, uint32_t m);
 /* Where an R2 plan's bytes land (plan_r2.c): its layout puts each level on channels, channel c on
  * rail c mod rails, or on the first usable NIC of its failover chain (mendGraphNicChain, as
  * mendReplanHopNic) when the rank lost that rail.  The time the busiest
