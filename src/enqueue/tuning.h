@@ -46,6 +46,8 @@ struct mendCostIn {
   const struct mendCalib* calib; /* the constants (the communicator's: rank 0's); NULL: mendCalibGet() */
   int nRails;        /* net: NICs the channels spread over, channel c on NIC c mod nRails (0: unknown) */
   int nNodes;        /* hosts (the tree's nodes between hosts; 0: one per rank) */
+  size_t slotBytes;  /* net: the FIFO slot, whose chunk (mendTuneChunk) a tree fills its pipeline with
+                      * level by level; 0: the fill is left out */
 };
 /* Estimated time in microseconds of algo (enum mendAlgo) for the op; < 0 when it cannot run it. */
 double mendTuneCostUs(const struct mendCostIn* in, int algo);
