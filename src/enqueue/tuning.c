@@ -537,17 +537,20 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   int treePriced = kind == MEND_TRANSPORT_NET && (key->algos >> MEND_ALGO_TREE & 1) &&
                    treeSchedules(comm, sum, view, nCh, &treeBalF, &treeBakF);
   int algo[MEND_NREPLANS] = {-1, -1, -1, -1, -1};
+  double best[2] = {-1, -1}; /* per schedule: the algorithm's time with its reduction, as mendTuneColl */
   for (int a = 0; a < 2; a++) {
     if (!(key->algos & (1u << a))) continue;
-    /* R2's model (tuning_r2.c) has no reduction term: leave it out here too, so the candidates
-     * compare like with like (and it does not scale with a NIC's capacity). */
-    double full = mendTuneCostUs(&in, a) - reduceUs(&in, a), lat = mendTuneCostUs(&in0, a);
+    /* R2's model (tuning_r2.c) has no reduction term: leave it out of the estimates, so the
+     * schedules compare like with like (and it does not scale with a NIC's capacity); the
+     * algorithm of a schedule is picked with it (a tree reduces all S, a ring (n-1)/n S). */
+    double red = reduceUs(&in, a), full = mendTuneCostUs(&in, a) - red, lat = mendTuneCostUs(&in0, a);
     int tree = a == MEND_ALGO_TREE && treePriced;
     double t[2] = {lat + (full - lat) * (tree ? treeBakF : bakF), lat + (full - lat) * (tree ? treeBalF : balF)};
-    for (int s = MEND_REPLAN_BACKUP; s <= MEND_REPLAN_BALANCE; s++) {
-      if (c->costUs[s] >= 0 && t[s - MEND_REPLAN_BACKUP] >= c->costUs[s]) continue;
-      c->costUs[s] = t[s - MEND_REPLAN_BACKUP];
-      algo[s] = a;
+    for (int i = 0; i < 2; i++) {
+      if (best[i] >= 0 && t[i] + red >= best[i]) continue;
+      best[i] = t[i] + red;
+      c->costUs[MEND_REPLAN_BACKUP + i] = t[i];
+      algo[MEND_REPLAN_BACKUP + i] = a;
     }
   }
   /* R2 levels are rings: only where Ring is allowed.  The NIC line rate stays out (it is this
@@ -567,7 +570,8 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   int pick = forced;
   if (forced == MEND_REPLAN_AUTO) {
     pick = MEND_REPLAN_BALANCE;
-    if (c->costUs[MEND_REPLAN_BACKUP] >= 0 && c->costUs[MEND_REPLAN_BACKUP] < c->costUs[pick]) pick = MEND_REPLAN_BACKUP;
+    double bak = c->costUs[MEND_REPLAN_BACKUP];
+    if (bak >= 0 && bak < c->costUs[pick]) pick = MEND_REPLAN_BACKUP;
     if (r2Ok && r2.estUs < c->costUs[pick]) pick = MEND_REPLAN_R2;
     if (recOk && rec.estUs < c->costUs[pick]) pick = MEND_REPLAN_RECURSIVE;
   } else if ((forced == MEND_REPLAN_RECURSIVE && !recOk) || (forced == MEND_REPLAN_R2 && !r2Ok)) {
