@@ -70,13 +70,13 @@ def run(builddir, name):
                 job.kill("the loop never started")  # rank 0 would wait for the cut until the timeout
             res = job.wait()
             out = "\n".join(r.output for r in res.ranks)
-            bad = ["rank %d %s code %d: %s" % (r.rank, r.status, r.code, r.output.strip()[-300:])
-                   for r in res.ranks if r.code != 0]
+            bad = ["rank %d %s code %d: %s" % (r.rank, r.status, r.code, r.output.strip()[-300:].replace("\n", " | "))
+                   for r in res.ranks if r.code != 0]  # one line: a test summary keeps the first line only
             check(fails, not bad, "every rank exits 0 (every result exact)", "; ".join(bad))
             m = re.search(r"grow_repair: (\d+) AllReduces exact on 4 ranks, (\d+) after the cut", out)
             check(fails, m is not None and int(m.group(2)) >= 5,
                   "AllReduces ran on after the cut (%s)" % (m.group(0)[len("grow_repair: "):] if m else "no summary"),
-                  out[-300:])
+                  out[-300:].replace("\n", " | "))
         events = parse_events(logdir)
         detects = [e for e in events if e.get("kind") == "detect"]
         resumes = [e for e in events if e.get("kind") == "resume"]
