@@ -270,7 +270,7 @@ void mendMonConnRefresh(struct mendMonConn* m) {
   if (mendRnetGetStats(m->netComm, &st) != ncclSuccess) return;
   m->failovers = st.failovers;
   m->failbacks = st.failbacks;
-  m->activeDev = st.active >= 0 && st.active < MEND_RNET_MAX_PATHS ? st.localDev[st.active] : -1;
+  m->activeDev = st.active >= 0 && st.active < MEND_RNET_MAX_SLOTS ? st.localDev[st.active] : -1;
   /* Later completions count on the NIC that carries them now. */
   if (m->activeDev >= 0) atomic_store_explicit(&m->curDev, m->activeDev, memory_order_relaxed);
 }

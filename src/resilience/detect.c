@@ -143,7 +143,7 @@ static int64_t nowUs(void) { return (int64_t)(mendTimeNs() / 1000); }
 
 void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done) {
   struct mendDetect* d = &rc->det;
-  if (!rc->isSend || done <= rc->nDone || p < 0 || p >= MEND_RNET_MAX_PATHS) return;
+  if (!rc->isSend || done <= rc->nDone || p < 0 || p >= MEND_RNET_MAX_SLOTS) return;
   int64_t now = nowUs();
   uint64_t bytes = 0;
   for (uint64_t s = rc->nDone; s < done && s < rc->nPosted; s++) bytes += rc->reqs[s % RNET_WINDOW].size;
@@ -260,7 +260,7 @@ ncclResult_t mendRnetDetectCheck(struct rnetComm* rc) {
   int64_t timeout = mendParamProgressTimeout(), now = mendTimeMs();
   if (timeout <= 0 || rc->nPosted == rc->nDone) return ncclSuccess;
   int64_t silent = now - rc->lastProgressMs, floor = mendParamDetectMin();
-  if (rc->active >= 0 && rc->active < MEND_RNET_MAX_PATHS && mendParamDetectAdaptive() && !rc->det.peerSilent &&
+  if (rc->active >= 0 && rc->active < MEND_RNET_MAX_SLOTS && mendParamDetectAdaptive() && !rc->det.peerSilent &&
       silent >= floor && silent < timeout) {
     int64_t us = mendRttSuspectUs(&rc->det.rtt[rc->active], inFlightBytes(rc), floor * 1000, timeout * 1000,
                                   rc->det.backoff);

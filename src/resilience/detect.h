@@ -95,7 +95,7 @@ struct mendConfirmCfg mendConfirmConfig(void);
 
 /* Per sender connection (rnetComm.det): the estimators, the suspicion's back-off, the confirmation. */
 struct mendDetect {
-  struct mendRtt rtt[MEND_RNET_MAX_PATHS]; /* per path */
+  struct mendRtt rtt[MEND_RNET_MAX_SLOTS]; /* per path */
   int64_t lastAckUs;       /* last acknowledgement that advanced */
   int backoff;             /* suspicions refuted since the last progress (each doubles the next wait) */
   int peerSilent;          /* the last confirmation found every path silent: the fixed rule until progress */

@@ -468,10 +468,12 @@ ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st) {
   st->failovers = rc->failovers;
   st->failbacks = rc->failbacks;
   st->rebuilds = rc->rebuilds;
+  st->cross = rc->crossPath;
   for (int p = 0; p < rc->nPaths; p++) {
     st->dead += !mendRnetPathLive(rc, p);
     st->msgs[p] = rc->paths[p].msgs;
     st->localDev[p] = rc->paths[p].localDev;
+    st->remoteDev[p] = rc->paths[p].remoteDev;
   }
   pthread_mutex_unlock(&rc->lock);
   return ncclSuccess;

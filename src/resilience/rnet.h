@@ -18,7 +18,8 @@
 #include "nccl.h"
 #include "transport/net.h"
 
-#define MEND_RNET_MAX_PATHS 8  /* paths per connection (NICs used per host) */
+#define MEND_RNET_MAX_PATHS 8  /* NICs used per host: paths of a connection's chain */
+#define MEND_RNET_MAX_SLOTS (MEND_RNET_MAX_PATHS + 1) /* paths per connection: the chain and one crossing path */
 
 /* The resilient Net.  Its devices and properties are the base Net's (set with mendRnetSetBase). */
 extern const mendNet_t mendNetResilient;
@@ -54,8 +55,10 @@ struct mendRnetStats {
   uint64_t failovers;                      /* paths failed under this connection */
   uint64_t failbacks;                      /* planned returns to a rebuilt preferred path */
   uint64_t rebuilds;                       /* dead paths made backups again */
-  uint64_t msgs[MEND_RNET_MAX_PATHS];      /* messages carried per path */
-  int localDev[MEND_RNET_MAX_PATHS];       /* local device of each path */
+  int cross;                               /* the crossing path (rails all lost, rnet_cross.c); -1: none */
+  uint64_t msgs[MEND_RNET_MAX_SLOTS];      /* messages carried per path */
+  int localDev[MEND_RNET_MAX_SLOTS];       /* local device of each path */
+  int remoteDev[MEND_RNET_MAX_SLOTS];      /* the peer's device of each path */
 };
 ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st);
 /* Ask a sending connection to rebuild its dead path p now, as its resilience service does once the

@@ -120,6 +120,7 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   rc->peerRank = -1;
   rc->active = 0;
   rc->lastKilled = -1;
+  rc->crossPath = -1;
   pthread_mutex_init(&rc->lock, NULL);
   pthread_mutex_init(&rc->inboxLock, NULL);
   pthread_mutex_lock(&ctx->lock);

@@ -47,7 +47,7 @@ static void abandon(struct rnetComm* rc, int p) {
   rc->paths[p].watchReq = NULL;
 }
 
-static ncclResult_t noPathLeft(struct rnetComm* rc) {
+ncclResult_t mendRnetLost(struct rnetComm* rc, const char* detail) {
   rc->active = -1;
   rc->error = ncclRemoteError;
   if (!rc->sawFailure) {
@@ -58,14 +58,22 @@ static ncclResult_t noPathLeft(struct rnetComm* rc) {
     mendRnetEvent("closed", rc, -1, "closed", NULL);
     return rc->error;
   }
-  WARN("NET/Resilient: rank %d %s rank %d: no path left (%d tried); the connection fails", rc->ctx->rank,
-       rc->isSend ? "->" : "<-", rc->peerRank, rc->nPaths);
+  WARN("NET/Resilient: rank %d %s rank %d: no path left (%d tried)%s%s; the connection fails", rc->ctx->rank,
+       rc->isSend ? "->" : "<-", rc->peerRank, rc->nPaths, detail ? ": " : "", detail ? detail : "");
   mendRnetEvent("lost", rc, -1, "none", NULL);
   return rc->error;
 }
 
+/* The last path died: a crossing path may still carry the connection (rnet_cross.c). */
+static ncclResult_t noPathLeft(struct rnetComm* rc) {
+  rc->active = -1;
+  if (rc->sawFailure && mendRnetCrossStart(rc)) return ncclSuccess;
+  return mendRnetLost(rc, NULL);
+}
+
 void mendRnetActivate(struct rnetComm* rc, int p) {
   rc->active = p;
+  rc->crossUntilMs = 0;
   atomic_store(&rc->paths[p].state, RNET_PATH_ACTIVE);
   rc->epoch++;
   rc->nIssued = rc->nDone;
@@ -151,6 +159,7 @@ ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtr
     }
   }
   rc->active = p;
+  rc->crossUntilMs = 0;
   atomic_store(&rc->paths[p].state, RNET_PATH_ACTIVE);
   rc->epoch = m->epoch;
   rc->waitResume = 0;
@@ -169,6 +178,10 @@ ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtr
 ncclResult_t mendRnetApplyNotices(struct rnetComm* rc) {
   struct rnetNotice n;
   while (atomic_load_explicit(&rc->inboxCount, memory_order_acquire) > 0 && mendRnetTakeNotice(rc, &n)) {
+    if (n.path == rc->nPaths && !rc->isSend && (n.type == RNET_NOTE_REBUILD || n.type == RNET_NOTE_REBUILD_FAIL)) {
+      MENDCHECK(mendRnetCrossNotice(rc, &n));  /* the sender's crossing path, or its word that it has none */
+      continue;
+    }
     if (n.path >= rc->nPaths) {
       WARN("NET/Resilient: conn %llx: notice %u for path %u of %d ignored", (unsigned long long)rc->connId, n.type,
            n.path, rc->nPaths);
@@ -181,6 +194,7 @@ ncclResult_t mendRnetApplyNotices(struct rnetComm* rc) {
       MENDCHECK(mendRnetRebuildNotice(rc, &n));
     }
   }
+  MENDCHECK(mendRnetCrossCheck(rc));
   return mendRnetDetectCheck(rc);
 }
 

@@ -73,7 +73,7 @@ struct rnetArea {
   struct rnetHello mine;                       /* our hello */
   struct rnetHello peer;                       /* the peer's hello */
   struct rnetCtrl ctrl[RNET_NCTRL];            /* control messages in flight on the active path (ring) */
-  struct rnetCtrl watch[MEND_RNET_MAX_PATHS];  /* sender: the one receive posted on each idle path */
+  struct rnetCtrl watch[MEND_RNET_MAX_SLOTS];  /* sender: the one receive posted on each idle path */
 };
 
 enum rnetPathState {
@@ -149,7 +149,7 @@ struct rnetMr {
   int type;                               /* MEND_PTR_* */
   void* data;                             /* registered range (re-registered on rebuilt paths) */
   size_t size;
-  void* base[MEND_RNET_MAX_PATHS];        /* base registration per path (NULL once the path is dead) */
+  void* base[MEND_RNET_MAX_SLOTS];        /* base registration per path (NULL once the path is dead) */
   struct rnetMr* next;                    /* in the comm's list (dead paths deregister everything) */
 };
 
@@ -183,14 +183,17 @@ struct rnetComm {
   int peerRank;                                   /* the peer's rank (-1: unknown) */
   _Atomic int stage;                              /* enum rnetStage (the service skips comms not READY) */
   int64_t deadlineMs;                             /* backups not connected by then start dead */
-  int nPaths;                                     /* paths (primary first, then the failover chain) */
-  struct rnetPath paths[MEND_RNET_MAX_PATHS];     /* [0] primary */
+  _Atomic int nPaths;                             /* paths (primary first, the failover chain, a crossing path) */
+  struct rnetPath paths[MEND_RNET_MAX_SLOTS];     /* [0] primary */
   int active;                                     /* path carrying traffic; -1: none (sender: waiting for a RESUME) */
   int waitResume;                                 /* sender: hold traffic until the receiver's RESUME */
   int64_t waitSinceMs;                            /* sender: waiting for a RESUME since */
   int lastKilled;                                 /* sender: the path whose fence we await a RESUME for */
   uint16_t epoch;                                 /* receiver: switches made; sender: newest RESUME taken */
   ncclResult_t error;                             /* set when no path is left: every call fails */
+  int crossPath;                                  /* the crossing path (rnet_cross.c); -1: none yet */
+  int crossNone;                                  /* receiver: the sender said it has no crossing to try */
+  int64_t crossUntilMs;                           /* no path, a crossing being built: fail after this (0: none) */
   struct rnetArea* area;                          /* hello and control buffers */
   void* hsReq[2];                                 /* handshake requests in flight: [0] our hello, [1] theirs */
   void* listens[MEND_RNET_MAX_PATHS];             /* sender: base listen per local device (ctrl comms) */
@@ -271,6 +274,8 @@ ncclResult_t mendRnetRegArea(struct rnetComm* rc, void* comm, void** mh);
 /* Path p failed: fence it, tell the peer (unless the peer told us), and move on: the receiver picks
  * the first live path and sends RESUME there; the sender waits for that RESUME. */
 ncclResult_t mendRnetFailPath(struct rnetComm* rc, int p, int why, const char* detail);
+/* No path is left and none will come: the connection fails (detail: why, or NULL). */
+ncclResult_t mendRnetLost(struct rnetComm* rc, const char* detail);
 /* Receiver: make live path p the active one (RESUME goes out on it). */
 void mendRnetActivate(struct rnetComm* rc, int p);
 /* Sender: a RESUME arrived on path p (possibly not the active one): follow it. */
@@ -295,11 +300,27 @@ void mendRnetDropNotices(struct rnetComm* rc);
 void mendRnetCtxRegister(struct rnetCtx* ctx);
 void mendRnetCtxUnregister(struct rnetCtx* ctx);
 
+/* ---- rnet_cross.c: a crossing path when no rail is left ---- */
+/* No path is left (rc->active is -1): start or await a crossing path instead of failing.  Returns 1
+ * when one is being built (the connection waits, bounded), 0 when the connection must fail. */
+int mendRnetCrossStart(struct rnetComm* rc);
+/* Receiver: a notice naming path rc->nPaths (one past the chain): the sender's crossing path or its
+ * word that it has none.  Every field is checked first. */
+ncclResult_t mendRnetCrossNotice(struct rnetComm* rc, const struct rnetNotice* n);
+/* The crossing path's device pair as carried in a REBUILD notice's cause (0 for other paths). */
+int mendRnetCrossCode(const struct rnetComm* rc, int p);
+/* The crossing path's rebuild could not start or was abandoned: stop waiting for it. */
+void mendRnetCrossAbandoned(struct rnetComm* rc, int p);
+/* Fail the connection once a crossing that did not come up in time is overdue. */
+ncclResult_t mendRnetCrossCheck(struct rnetComm* rc);
+
 /* ---- rnet_rebuild.c: bringing a dead path back, fail-back ---- */
 /* Rebuild notices (REBUILD*, and the local START) for path p. */
 ncclResult_t mendRnetRebuildNotice(struct rnetComm* rc, const struct rnetNotice* n);
 /* Advance rebuilds in progress; the receiver switches back to a preferred path once rebuilt. */
 ncclResult_t mendRnetRebuildProgress(struct rnetComm* rc);
+/* How long a rebuild has to finish. */
+int64_t mendRnetRebuildTimeoutMs(void);
 /* Abandon path p's rebuild (close what it opened). */
 void mendRnetRebuildAbort(struct rnetComm* rc, int p);
 

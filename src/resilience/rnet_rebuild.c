@@ -26,7 +26,7 @@
 
 #define RB_MIN_TIMEOUT_MS 5000  /* a rebuild has at least this long to finish */
 
-static int64_t rbTimeout(void) {
+int64_t mendRnetRebuildTimeoutMs(void) {
   int64_t t = 10 * mendParamProbeTimeout();
   return t < RB_MIN_TIMEOUT_MS ? RB_MIN_TIMEOUT_MS : t;
 }
@@ -34,7 +34,7 @@ static int64_t rbTimeout(void) {
 static void rbBegin(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
   atomic_store(&path->state, RNET_PATH_REBUILDING);
-  path->rbDeadlineMs = mendTimeMs() + rbTimeout();
+  path->rbDeadlineMs = mendTimeMs() + mendRnetRebuildTimeoutMs();
   path->confirmed = 0;
   atomic_fetch_add(&rc->rebuilding, 1);
 }
@@ -52,6 +52,7 @@ void mendRnetRebuildAbort(struct rnetComm* rc, int p) {
   int64_t backoff = mendParamFailbackDelay() * (path->rbFailures < 8 ? path->rbFailures : 8);
   atomic_store(&path->rbNotBeforeMs, mendTimeMs() + backoff);
   atomic_store(&path->rbPosted, 0);
+  mendRnetCrossAbandoned(rc, p);
 }
 
 /* A rebuild could not go on: both ends drop it. */
@@ -81,6 +82,7 @@ static ncclResult_t senderStart(struct rnetComm* rc, int p) {
   }
   if (localLinkDown(rc, p)) {
     atomic_store(&path->rbPosted, 0);
+    mendRnetCrossAbandoned(rc, p);
     return ncclSuccess;
   }
   char handle[MEND_NET_HANDLE_MAXSIZE];
@@ -88,13 +90,14 @@ static ncclResult_t senderStart(struct rnetComm* rc, int p) {
     path->rbStage = RNET_RB_NONE;
     atomic_store(&path->rbPosted, 0);
     atomic_store(&path->rbNotBeforeMs, mendTimeMs() + mendParamFailbackDelay());
+    mendRnetCrossAbandoned(rc, p);
     return ncclSuccess;
   }
   rbBegin(rc, p);
   path->rbStage = RNET_RB_ASKED;
   INFO(MEND_RESIL, "NET/Resilient: conn %llx rebuilds path %d (device %d) to rank %d", (unsigned long long)rc->connId, p,
        path->localDev, rc->peerRank);
-  mendRnetNotify(rc, RNET_NOTE_REBUILD, p, 0, handle);
+  mendRnetNotify(rc, RNET_NOTE_REBUILD, p, mendRnetCrossCode(rc, p), handle);
   return ncclSuccess;
 }
 
@@ -161,7 +164,14 @@ static ncclResult_t receiverReady(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
   rbDone(rc, p);
   int old = rc->active;
-  if (old < 0 || p >= old) return ncclSuccess;
+  if (old < 0) {
+    /* No path was left (a crossing path, or a rail back while we waited for one): resume here. */
+    mendRnetActivate(rc, p);
+    INFO(MEND_RESIL, "NET/Resilient: conn %llx resumes on rebuilt path %d (device %d) at message %llu",
+         (unsigned long long)rc->connId, p, path->localDev, (unsigned long long)rc->nDone);
+    return ncclSuccess;
+  }
+  if (p >= old) return ncclSuccess;
   INFO(MEND_RESIL, "NET/Resilient: conn %llx fails back from path %d (device %d) to path %d (device %d) at message %llu",
        (unsigned long long)rc->connId, old, rc->paths[old].localDev, p, path->localDev, (unsigned long long)rc->nDone);
   rc->failbacks++;

@@ -36,12 +36,13 @@ RATE = "1gbit"
 
 
 def S(hosts, rails, ppn, tool, args, faults=(), expect=None, timeout=90, sigstop=None, starve=None, load=None,
-      note=""):
+      note="", spine=False):
     """sigstop=(rank, at, secs); starve=(rank, at, secs, stopped_ms, running_ms): the rank is stopped
     and continued in that cycle (a rank that gets a fifth of a CPU, in bursts); load=(at, secs, n): n
-    busy processes compete for the machine's CPUs."""
+    busy processes compete for the machine's CPUs; spine: the rails meet at a router."""
     return dict(hosts=hosts, rails=rails, ppn=ppn, tool=tool, args=args.split(), faults=list(faults),
-                expect=expect or {}, timeout=timeout, sigstop=sigstop, starve=starve, load=load, note=note)
+                expect=expect or {}, timeout=timeout, sigstop=sigstop, starve=starve, load=load, note=note,
+                spine=spine)
 
 
 # fault: (at_seconds, kind, host, rail, *args); args as testbed.py's fault kinds take them.
@@ -91,6 +92,14 @@ SCENARIOS = {
                              {"detect": "link", "resume": True, "last_kept": True},
                              note="one NIC lost, then the only path left black-holed for 1 s: its failed "
                                   "probes keep it (MEND_LAST_PATH_TIMEOUT) and the job finishes"),
+    "rail_mismatch_spine": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 60",
+                             [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)],
+                             {"detect": "link", "resume": True, "cross": True}, spine=True,
+                             note="host 0 loses rail 0, then host 1 rail 1, under AllReduce: no rail in "
+                                  "common; the rails meet at a spine, a crossing path carries the job"),
+    "rail_mismatch": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 200",
+                       [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)], {"fail_within": 20.0},
+                       note="the same without a spine: no path at all, a clear error in bounded time"),
     "last_path": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 200",
                    [(1.5, "nic_down", 1, 0), (1.5, "nic_down", 1, 1)], {"fail_within": 20.0},
                    note="every path between the hosts dies: a clear error in bounded time"),
@@ -168,7 +177,7 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL", "NCCL_DEBUG_FILE": os.path.join(logdir, "mend.%p"),
            "LD_LIBRARY_PATH": os.path.join(builddir, "lib")}
     t_setup = time.monotonic()
-    with Testbed(sc["hosts"], sc["rails"], rate=RATE, prefix=prefix) as tb:
+    with Testbed(sc["hosts"], sc["rails"], rate=RATE, prefix=prefix, spine=sc["spine"]) as tb:
         before = tb.nic_counters()
         job = tb.start([prog] + sc["args"], ranks_per_host=sc["ppn"], env=env, timeout=sc["timeout"])
         t0 = time.monotonic()
@@ -236,6 +245,9 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
                      (lag * 1e3, exp["bound"] * 1e3))
     if exp.get("resume"):
         ck.check(any(e.get("kind") == "resume" for e in events), name, "traffic resumed on a backup path", detail)
+    if exp.get("cross"):
+        cross = [e for e in events if e.get("kind") == "cross"]
+        ck.check(len(cross) > 0, name, "a crossing path was built (%d connections)" % len(cross), detail)
     if exp.get("last_kept"):
         ck.check("kept for now" in log_text(logdir), name, "a failed probe of the only live path kept it", detail)
     if exp.get("failback"):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Hot repair on the testbed: NIC down, link down, black hole, flapping, two NICs lost on one host,
-# NICs lost on two hosts on different rails, fail-back, three-point localization, a stopped, a
-# starved and a CPU-loaded rank (suspicions refuted, no failover), and the last path lost (a clear
-# error, no hang): every collective result checked exactly; black holes detected within 400 ms.
+# NICs lost on two hosts on different rails (sharing a third; or none, with and without a spine),
+# fail-back, three-point localization, a stopped, a starved and a CPU-loaded rank (suspicions
+# refuted, no failover), and the last path lost (a clear error, no hang): every collective result checked exactly; black holes detected within 400 ms.
 # The scenarios live in hotrepair.py (also runnable by hand, one at a time).
 # Exit: 0 pass, 1 fail, 77 skip (not root / no network namespaces).
 set -u

@@ -56,7 +56,7 @@ class Testbed(FaultsMixin):
     """H hosts x R rails. Use as a context manager, or call setup() and teardown()."""
 
     def __init__(self, hosts, rails, rate=None, prefix=None, latency="50ms",
-                 mgmt_rate=None, persistent=False, keep_logs=False):
+                 mgmt_rate=None, persistent=False, keep_logs=False, spine=False):
         if not isinstance(hosts, int) or not 1 <= hosts <= MAX_HOSTS:
             raise ValueError("hosts must be an integer in 1..%d, got %r" % (MAX_HOSTS, hosts))
         if not isinstance(rails, int) or not 1 <= rails <= MAX_RAILS:
@@ -71,6 +71,7 @@ class Testbed(FaultsMixin):
         self.rate = parse_rate(rate) if rate is not None else None          # bits/s or None
         self.mgmt_rate = parse_rate(mgmt_rate) if mgmt_rate is not None else None
         self.latency = str(latency)             # tbf queue bound, as tc time
+        self.spine = bool(spine)                # True: the rails meet at a router (cross-rail traffic)
         self.prefix = prefix                    # chosen at setup when None
         self.persistent = persistent            # True: no teardown at exit (CLI `up`)
         self.keep_logs = keep_logs              # keep rank output files after teardown
@@ -181,7 +182,7 @@ class Testbed(FaultsMixin):
         os.makedirs(STATE_DIR, exist_ok=True)
         pid = None if self.persistent else os.getpid()
         st = dict(prefix=prefix, hosts=self.hosts, rails=self.rails, rate=self.rate,
-                  mgmt_rate=self.mgmt_rate, latency=self.latency, owner_pid=pid,
+                  mgmt_rate=self.mgmt_rate, latency=self.latency, spine=self.spine, owner_pid=pid,
                   owner_start=_proc_start(pid) if pid else None, created=time.time())
         try:
             with open(_state_path(prefix), "x") as f:
@@ -218,7 +219,30 @@ class Testbed(FaultsMixin):
                     self._shape(i, r, self.rate)
             if self.mgmt_rate:
                 self._shape(i, "mgmt", self.mgmt_rate)
+        if self.spine:
+            self._build_spine()
         self._wait_links_up()
+
+    def spine_addr(self, rail):
+        """The spine's address on a rail (its gateway for the other rails): 10.200.<r+1>.254."""
+        return "10.%d.%d.254" % (BASE_OCTET, self._rail(rail) + 1)
+
+    def _build_spine(self):
+        """The rails meet at a router: the switch namespace routes between the rail bridges, and every
+        host reaches the other rails' subnets through each of its rail NICs (lowest rail first). A
+        host that lost rail r reaches a peer's rail-r address over another rail and the spine, as on a
+        rail-optimized fabric with a spine layer; the management network stays apart."""
+        sw = self.switch_ns
+        self._ip_batch(sw, ["addr add %s/24 dev %s" % (self.spine_addr(r), self.bridge(r))
+                            for r in range(self.rails)])
+        _run(["ip", "netns", "exec", sw, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
+        for i in range(self.hosts):
+            # Routes through a NIC without carrier are not used (a cable pulled at the switch side).
+            _run(["ip", "netns", "exec", self.host_ns(i), "sh", "-c",
+                  "for k in all default; do echo 1 > /proc/sys/net/ipv4/conf/$k/ignore_routes_with_linkdown; done"])
+            self._ip_batch(self.host_ns(i), [
+                "route add 10.%d.0.0/16 via %s dev %s metric %d" % (BASE_OCTET, self.spine_addr(r), self.nic(r), 100 + r)
+                for r in range(self.rails)])
 
     def _sysctls(self, ns, is_switch):
         # arp_ignore=1/arp_announce=2: a NIC answers ARP only for its own address, so a rail
@@ -309,7 +333,8 @@ class Testbed(FaultsMixin):
         if st is None:
             raise TestbedError("no testbed named %s (see `testbed.py list`)" % prefix)
         tb = cls(st["hosts"], st["rails"], st.get("rate"), prefix=prefix,
-                 latency=st.get("latency", "50ms"), mgmt_rate=st.get("mgmt_rate"), persistent=True)
+                 latency=st.get("latency", "50ms"), mgmt_rate=st.get("mgmt_rate"), persistent=True,
+                 spine=st.get("spine", False))
         tb._up = tb._created = True
         tb.t0 = time.monotonic()
         return tb
@@ -500,6 +525,7 @@ def _topology_args(p, name_required=False):
     p.add_argument("--rate", help="tbf line rate per data NIC, tc syntax (e.g. 1gbit)")
     p.add_argument("--mgmt-rate", help="tbf line rate of mgmt0 (default unlimited)")
     p.add_argument("--latency", default="50ms", help="tbf latency (queue bound), default 50ms")
+    p.add_argument("--spine", action="store_true", help="the rails meet at a router (cross-rail routes)")
     p.add_argument("--name", required=name_required,
                    help="testbed name, mt[a-z0-9]{1,10} (default mt<pid%%10000>)")
 
@@ -545,7 +571,7 @@ def _cmd_run(args, prog):
             raise ValueError("--env wants K=V, got %r" % kv)
         env[k] = v
     tb = Testbed(args.hosts, args.rails, args.rate, prefix=args.name, latency=args.latency,
-                 mgmt_rate=args.mgmt_rate, keep_logs=args.keep_logs)
+                 mgmt_rate=args.mgmt_rate, keep_logs=args.keep_logs, spine=args.spine)
     for kind, host, rail, _, fargs in faults:     # refuse bad faults before building anything
         tb.check_fault(kind, host, rail, *fargs)
     with tb:
@@ -600,7 +626,7 @@ def main(argv=None):
     try:
         if args.cmd == "up":
             tb = Testbed(args.hosts, args.rails, args.rate, prefix=args.name, latency=args.latency,
-                         mgmt_rate=args.mgmt_rate, persistent=True).setup()
+                         mgmt_rate=args.mgmt_rate, persistent=True, spine=args.spine).setup()
             print(_describe(tb))
             return 0
         if args.cmd == "down":

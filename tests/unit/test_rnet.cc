@@ -416,6 +416,86 @@ TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
   EXPECT_NE(R->isend(sc_, b, 8, 0, nullptr, &q), ncclSuccess) << "a failed connection stays failed";
 }
 
+// Rails: path i pairs device i at both ends.  Lose path 0 and then path 1 of a two-device connection
+// (as when host A lost rail 0 and host B rail 1): no rail is left in common, and with NCCL_CROSS_NIC
+// at its default the sender builds a path from one of its devices to the other index at the
+// receiver (the test Net, like a fabric whose rails meet at a spine, connects any pair).  Every
+// message arrives once, in order, and the crossing path carries the rest.
+TEST_F(RnetTest, CrossingPathCarriesTheConnectionWhenNoRailIsLeft) {
+  gDevs = 2;
+  R->finalize(ctx_);  // the device count is read at init
+  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(StreamAll(400, [&](int k) {
+    if (k == 100) mendRnetKillPath(sc_, 0);
+    if (k == 200) mendRnetKillPath(sc_, 1);
+  }));
+  mendRnetStats s = Stats(sc_), r = Stats(rc_);
+  ASSERT_EQ(s.cross, 2) << "the crossing path takes the slot after the chain";
+  EXPECT_EQ(r.cross, 2);
+  EXPECT_EQ(s.nPaths, 3);
+  EXPECT_EQ(s.active, 2);
+  EXPECT_EQ(r.active, 2);
+  EXPECT_NE(s.localDev[2], s.remoteDev[2]) << "it crosses rails";
+  EXPECT_EQ(s.localDev[2], r.remoteDev[2]) << "both ends name the same pair";
+  EXPECT_EQ(s.remoteDev[2], r.localDev[2]);
+  EXPECT_GT(s.msgs[2], 0u);
+  // Rail 0 comes back: its rebuilt path comes first in the chain, traffic returns to it, and the
+  // crossing path is rebuilt behind it as the last backup.
+  ASSERT_NO_FATAL_FAILURE(StreamAll(200, [&](int k) { if (k == 20) mendRnetRebuildPath(sc_, 0); }));
+  ASSERT_NO_FATAL_FAILURE(StreamAll(200));
+  s = Stats(sc_);
+  EXPECT_EQ(s.active, 0) << "fail-back from the crossing path to the rail";
+  EXPECT_EQ(Stats(rc_).active, 0);
+  EXPECT_EQ(s.dead, 1) << "rail 1 stays dead; the crossing path is a backup again";
+  EXPECT_EQ(s.cross, 2);
+}
+
+// NCCL_CROSS_NIC=0 forbids crossing rails: the same loss fails the connection, as before.
+TEST_F(RnetTest, CrossingForbiddenFailsTheConnection) {
+  setenv("NCCL_CROSS_NIC", "0", 1);
+  mendParamResetCache();
+  gDevs = 2;
+  R->finalize(ctx_);
+  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  Connect();
+  int got = 0;
+  ncclResult_t res = Stream(400, &got, [&](int k) {
+    if (k == 100) mendRnetKillPath(sc_, 0);
+    if (k == 200) mendRnetKillPath(sc_, 1);
+  });
+  unsetenv("NCCL_CROSS_NIC");
+  EXPECT_TRUE(res == ncclRemoteError || res == ncclSystemError) << "got " << res;
+  EXPECT_LT(got, 400);
+  EXPECT_EQ(Stats(sc_).cross, -1);
+}
+
+// A crossing path whose devices are dead too: the connection fails at both ends within the bound
+// (the receiver, which waits for the sender's crossing path, is told it will not come).
+TEST_F(RnetTest, CrossingThatCannotBeBuiltFailsBothEnds) {
+  gDevs = 2;
+  R->finalize(ctx_);
+  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  Connect();
+  int got = 0;
+  double t0 = nowMs();
+  ncclResult_t res = Stream(400, &got, [&](int k) {
+    if (k == 100) mendRnetKillPath(sc_, 0);
+    if (k == 200) { gDead[0] = 1; mendRnetKillPath(sc_, 1); }
+  });
+  EXPECT_TRUE(res == ncclRemoteError || res == ncclSystemError) << "got " << res;
+  EXPECT_LT(got, 400);
+  void* q = nullptr;
+  char b[8];
+  size_t sz = sizeof(b);
+  int tag = 0;
+  void* bp = b;
+  ncclResult_t rr = ncclSuccess;
+  while (rr == ncclSuccess && nowMs() - t0 < 4000) rr = R->irecv(rc_, 1, &bp, &sz, &tag, nullptr, &q);
+  EXPECT_NE(rr, ncclSuccess) << "the receiver must stop waiting once the crossing failed";
+  EXPECT_LT(nowMs() - t0, 4000);
+}
+
 TEST_F(RnetTest, FailBackToRebuiltPrimary) {
   Connect();
   // Path 0 dies at 100 (traffic moves to 1); at 150 the sender rebuilds it (as its service does once
