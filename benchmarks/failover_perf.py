@@ -396,7 +396,7 @@ def run_once(a, tbmod, loop, faults, env_extra):
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "RESIL"}
     env.update(a.env)
     env.update(env_extra)
-    with tbmod.Testbed(hosts=a.hosts, rails=a.rails, rate=a.rate, prefix=a.name) as tb:
+    with tbmod.Testbed(hosts=a.hosts, rails=a.rails, rate=a.rate, prefix=a.name, spine=a.spine) as tb:
         recs = []
         for f in faults:
             tb.check_fault(f["kind"], f["host"], f["rail"], *f["args"])
@@ -443,6 +443,7 @@ def parse_args(argv):
     p.add_argument("--rails", type=int, default=2, help="data NICs per host (2)")
     p.add_argument("--rate", help="NIC line rate, e.g. 1gbit (unshaped if omitted: no model)")
     p.add_argument("--np-per-host", type=int, default=1, help="ranks per host (1)")
+    p.add_argument("--spine", action="store_true", help="the rails meet at a router (crossing paths can work)")
     p.add_argument("--fault", action="append", default=[], help="KIND:host:rail:at_seconds[:args], "
                    "at_seconds after the first timed iteration (repeatable)")
     p.add_argument("--compare-off", action="store_true",
