@@ -51,6 +51,8 @@ struct mendPeerInfo {
   uint64_t pidHash;               /* hash of (host, pid namespace, pid): same process test */
   int pid;                        /* process id */
   int hostMode;                   /* 1: buffers are host memory */
+  int cpus;                       /* CPUs the process may run on (its affinity), at least 1 */
+  int cpusOnline;                 /* CPUs online on its host, at least 1 */
   char hostId[MEND_HOSTID_LEN];   /* printable host identity */
 };
 
@@ -116,6 +118,7 @@ struct ncclComm {
   void* cuCtx;                    /* device mode: the CUcontext (device's primary context) every thread enters */
   int node, nNodes;               /* my host index and host count (hosts ordered by first rank) */
   int localRank, nLocalRanks;     /* position among ranks of my host */
+  double cpuCrowd;                /* ranks per CPU on the most crowded host, at least 1 (the same on every rank) */
   int* rankToNode;                /* [nRanks] host index of each rank */
   int* rankToLocalRank;           /* [nRanks] local rank of each rank */
   uint64_t commHash;              /* identifies this communicator (logs, Net init) */

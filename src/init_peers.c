@@ -3,6 +3,7 @@
  * host layout (hosts ordered by their first rank), agree on a communicator hash, bring up the
  * transports, and mark the communicator READY.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +96,47 @@ static void fillInfo(struct ncclComm* comm, struct mendPeerInfo* info) {
   info->pidHash = mendPidHash();
   info->pid = (int)getpid();
   info->hostMode = comm->hostMode;
+  cpu_set_t set;
+  info->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  info->cpusOnline = online > 0 ? (int)online : 1;
+  if (info->cpus < 1) info->cpus = 1;
   snprintf(info->hostId, sizeof(info->hostId), "%s", mendHostId());
+}
+
+/* Ranks per CPU on the most crowded host, from what every rank reported (so every rank computes the
+ * same value): a host's CPUs are its online count, or fewer when its ranks' affinities add up to
+ * fewer (ranks bound to one CPU each count one each).  The cost model charges dependent steps and
+ * per-rank work for it (tuning.c). */
+static ncclResult_t hostCrowding(struct ncclComm* comm) {
+  int n = comm->nRanks, nNodes = comm->nNodes;
+  int *ranks = NULL, *cpus = NULL, *online = NULL;
+  ncclResult_t res = ncclSystemError;
+  if (MENDCALLOC(ranks, nNodes) != ncclSuccess || MENDCALLOC(cpus, nNodes) != ncclSuccess ||
+      MENDCALLOC(online, nNodes) != ncclSuccess)
+    goto out;
+  for (int r = 0; r < n; r++) {
+    const struct mendPeerInfo* p = comm->peerInfo + r;
+    int h = comm->rankToNode[r];
+    ranks[h]++;
+    cpus[h] += p->cpus > 0 ? p->cpus : 1;
+    if (online[h] == 0 || p->cpusOnline < online[h]) online[h] = p->cpusOnline > 0 ? p->cpusOnline : 1;
+  }
+  comm->cpuCrowd = 1.0;
+  for (int h = 0; h < nNodes; h++) {
+    int c = cpus[h] < online[h] ? cpus[h] : online[h];
+    double crowd = (double)ranks[h] / c;
+    if (crowd > comm->cpuCrowd) comm->cpuCrowd = crowd;
+  }
+  if (comm->cpuCrowd > 1.0 && comm->rank == 0)
+    INFO(NCCL_INIT | NCCL_TUNING, "Init: %.2f ranks per CPU on the most crowded host: the cost model charges for it",
+         comm->cpuCrowd);
+  res = ncclSuccess;
+out:
+  free(ranks);
+  free(cpus);
+  free(online);
+  return res;
 }
 
 /* node = index of the host in order of its first rank; localRank = order among the host's ranks. */
@@ -118,7 +159,7 @@ static ncclResult_t hostLayout(struct ncclComm* comm) {
   comm->localRank = comm->rankToLocalRank[comm->rank];
   comm->nLocalRanks = 0;
   for (int r = 0; r < n; r++) comm->nLocalRanks += comm->rankToNode[r] == comm->node;
-  return ncclSuccess;
+  return hostCrowding(comm);
 }
 
 static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {

@@ -18,7 +18,8 @@ static const char* kindNames[MEND_CALIB_KINDS] = {"p2p", "shm", "net"};
 
 void mendCalibDefaults(struct mendCalib* c) {
   /* The reference machine (PERF notes in src/enqueue/README.md): memcpy 10-15 GB/s, TCP loopback
-   * 2.6-3 GB/s, a thread wake-up about 30 us, float c = a + b 9.4 GB/s. */
+   * 2.6-3 GB/s, a thread wake-up about 30 us, float c = a + b 9.4 GB/s; the hand-off between two
+   * ranks on one CPU as `mend-info --calibrate` measured it there, 2026-11-25). */
   static const struct mendKindCost builtIn[MEND_CALIB_KINDS] = {
     {.alphaUs = 1.0, .bwChannel = 5.0, .bwMax = 8.0},
     {.alphaUs = 3.0, .bwChannel = 3.0, .bwMax = 6.0},
@@ -27,6 +28,7 @@ void mendCalibDefaults(struct mendCalib* c) {
   memset(c, 0, sizeof(*c));
   memcpy(c->kind, builtIn, sizeof(builtIn));
   c->reduceGBs = 9.4;
+  c->handoffUs = 1.85;
 }
 
 /* The field `key` names, with its allowed range; NULL when the key is unknown. */
@@ -34,6 +36,10 @@ static double* fieldOf(struct mendCalib* c, const char* key, double* lo, double*
   if (strcmp(key, "reduce_gbs") == 0) {
     *lo = 0.001, *hi = 10000;
     return &c->reduceGBs;
+  }
+  if (strcmp(key, "handoff_us") == 0) {
+    *lo = 0.001, *hi = 1e6;
+    return &c->handoffUs;
   }
   for (int k = 0; k < MEND_CALIB_KINDS; k++) {
     size_t n = strlen(kindNames[k]);
@@ -116,15 +122,16 @@ void mendCalibWrite(FILE* f, const struct mendCalib* c) {
     fprintf(f, "%s.alpha_us %.3f\n%s.bw_channel_gbs %.3f\n%s.bw_max_gbs %.3f\n", kindNames[k], c->kind[k].alphaUs,
             kindNames[k], c->kind[k].bwChannel, kindNames[k], c->kind[k].bwMax);
   }
-  fprintf(f, "reduce_gbs %.3f\n", c->reduceGBs);
+  fprintf(f, "reduce_gbs %.3f\nhandoff_us %.3f\n", c->reduceGBs, c->handoffUs);
 }
 
 int mendCalibCheck(const struct mendCalib* in, char* err, size_t errLen) {
   struct mendCalib c = *in; /* fieldOf hands out pointers into it */
   char key[32];
-  for (int i = -1; i < MEND_CALIB_KINDS * 3; i++) {
+  for (int i = -2; i < MEND_CALIB_KINDS * 3; i++) {
     static const char* fields[3] = {"alpha_us", "bw_channel_gbs", "bw_max_gbs"};
-    if (i < 0) snprintf(key, sizeof(key), "reduce_gbs");
+    if (i == -2) snprintf(key, sizeof(key), "handoff_us");
+    else if (i < 0) snprintf(key, sizeof(key), "reduce_gbs");
     else snprintf(key, sizeof(key), "%s.%s", kindNames[i / 3], fields[i % 3]);
     double lo, hi, *v = fieldOf(&c, key, &lo, &hi);
     if (v == NULL || !isfinite(*v) || *v < lo || *v > hi) {
@@ -136,7 +143,7 @@ int mendCalibCheck(const struct mendCalib* in, char* err, size_t errLen) {
 }
 
 int mendCalibEqual(const struct mendCalib* a, const struct mendCalib* b) {
-  if (a->reduceGBs != b->reduceGBs) return 0;
+  if (a->reduceGBs != b->reduceGBs || a->handoffUs != b->handoffUs) return 0;
   for (int k = 0; k < MEND_CALIB_KINDS; k++) {
     const struct mendKindCost *x = a->kind + k, *y = b->kind + k;
     if (x->alphaUs != y->alphaUs || x->bwChannel != y->bwChannel || x->bwMax != y->bwMax) return 0;
@@ -198,5 +205,5 @@ void mendCalibDescribe(const struct mendCalib* c, char* buf, size_t len) {
     at += (size_t)snprintf(buf + at, len - at, " %s alpha %.2f us bw %.2f/%.2f GB/s;", kindNames[k],
                            c->kind[k].alphaUs, c->kind[k].bwChannel, c->kind[k].bwMax);
   }
-  if (at < len) snprintf(buf + at, len - at, " reduce %.2f GB/s", c->reduceGBs);
+  if (at < len) snprintf(buf + at, len - at, " reduce %.2f GB/s; hand-off %.2f us", c->reduceGBs, c->handoffUs);
 }

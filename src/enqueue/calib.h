@@ -25,6 +25,7 @@ struct mendKindCost {
 struct mendCalib {
   struct mendKindCost kind[MEND_CALIB_KINDS]; /* indexed by enum mendTransportKind */
   double reduceGBs;                           /* host float sum, GB/s of output (dst = a + b) */
+  double handoffUs;                           /* one hop between two ranks that share one CPU (shm), us */
   int fromFile;                               /* 1: read from MEND_CALIB_FILE, 0: built in, MEND_CALIB_RANK0 */
 };
 #define MEND_CALIB_RANK0 2 /* a communicator's constants: rank 0's, which differ from this process's */
@@ -33,7 +34,7 @@ struct mendCalib {
 void mendCalibDefaults(struct mendCalib* c);
 /* Parse the text of a calibration file into *c (which holds the values keys not in the text keep).
  * Lines: `# comment`, blank, or `key value` with key one of p2p|shm|net . alpha_us|bw_channel_gbs|
- * bw_max_gbs, or reduce_gbs.  Returns 0, or -1 with err naming the line and what is wrong (unknown
+ * bw_max_gbs, reduce_gbs or handoff_us.  Returns 0, or -1 with err naming the line and what is wrong (unknown
  * key, a value that is not a finite number in range, bwMax below bwChannel); *c is then unchanged. */
 int mendCalibParse(const char* text, struct mendCalib* c, char* err, size_t errLen);
 /* Write c in the format mendCalibParse reads. */

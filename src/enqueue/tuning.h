@@ -48,6 +48,7 @@ struct mendCostIn {
   int nNodes;        /* hosts (the tree's nodes between hosts; 0: one per rank) */
   size_t slotBytes;  /* net: the FIFO slot, whose chunk (mendTuneChunk) a tree fills its pipeline with
                       * level by level; 0: the fill is left out */
+  double cpuCrowd;   /* ranks per CPU on the most crowded host (comm->cpuCrowd); <= 1: none */
 };
 /* Estimated time in microseconds of algo (enum mendAlgo) for the op; < 0 when it cannot run it. */
 double mendTuneCostUs(const struct mendCostIn* in, int algo);

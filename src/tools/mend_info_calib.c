@@ -9,6 +9,8 @@
  *   bw channel  a 16 MiB one-way stream on one channel per peer (MEND_P2P_NCHANNELS_PER_PEER=1);
  *   bw max      the same on four channels per peer (never below bw channel).
  * The reduction rate is the host's float sum on 4 MiB buffers (dst = a + b, in cache as a chunk is).
+ * The hand-off is the shm ping-pong's hop with both processes bound to one CPU: what a dependent step
+ * costs when ranks outnumber CPUs (the cost model charges it per step, times the ranks per CPU).
  * Every measurement runs in a child process with its own environment and a time bound, so the
  * library's cached parameters and threads never leak from one into the next; a kind that cannot be
  * measured (no usable interface for sockets) keeps its built-in values and says so.
@@ -17,6 +19,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,8 +174,23 @@ static int pairMain(int kind, int resultFd) {
   return rc;
 }
 
-/* One measurement of `kind` with `perPeer` channels per peer, in a child process. */
-static int runPair(int kind, int perPeer, struct pairOut* out) {
+/* Bind this process (and what it forks) to the first CPU it may run on. */
+static int pinToOneCpu(void) {
+  cpu_set_t set, one;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (CPU_ISSET(c, &set)) {
+      CPU_SET(c, &one);
+      return sched_setaffinity(0, sizeof(one), &one);
+    }
+  }
+  return -1;
+}
+
+/* One measurement of `kind` with `perPeer` channels per peer, in a child process; pinned: both ranks
+ * on one CPU. */
+static int runPair(int kind, int perPeer, int pinned, struct pairOut* out) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
@@ -181,6 +199,7 @@ static int runPair(int kind, int perPeer, struct pairOut* out) {
     close(fds[0]);
     setpgid(0, 0); /* the time bound kills rank 1's process too */
     alarm(CHILD_LIMIT_S);
+    if (pinned && pinToOneCpu() != 0) _exit(1);
     char v[16];
     snprintf(v, sizeof(v), "%d", perPeer);
     setenv("MEND_P2P_NCHANNELS_PER_PEER", v, 1);
@@ -247,7 +266,7 @@ int mendInfoCalib(int argc, char** argv) {
   printf("# %-4s %10s %14s %12s  %s\n", "kind", "alpha_us", "bw_channel", "bw_max", "(GB/s)");
   for (int k = 0; k < MEND_CALIB_KINDS; k++) {
     struct pairOut one, four;
-    if (runPair(k, 1, &one) != 0 || runPair(k, 4, &four) != 0) {
+    if (runPair(k, 1, 0, &one) != 0 || runPair(k, 4, 0, &four) != 0) {
       printf("# %-4s not measured (see the errors above); built-in values kept\n", kindNames[k]);
       continue;
     }
@@ -256,6 +275,13 @@ int mendInfoCalib(int argc, char** argv) {
     c.kind[k].bwMax = four.gbs > one.gbs ? four.gbs : one.gbs;
     measured++;
     printf("# %-4s %10.2f %14.2f %12.2f\n", kindNames[k], c.kind[k].alphaUs, c.kind[k].bwChannel, c.kind[k].bwMax);
+  }
+  struct pairOut crowded;
+  if (runPair(1, 1, 1, &crowded) == 0) {
+    c.handoffUs = crowded.alphaUs;
+    printf("# hand-off (shm, two ranks on one CPU) %.2f us\n", c.handoffUs);
+  } else {
+    printf("# hand-off not measured (see the errors above); built-in value kept\n");
   }
   double red = reduceGBs();
   if (red > 0) c.reduceGBs = red;

@@ -16,8 +16,8 @@ start=$SECONDS
 timeout 120 "$TOOL" --calibrate -o "$T/calib" > "$T/out" 2> "$T/err"; rc=$?
 took=$((SECONDS - start))
 [ $rc -eq 0 ] && [ $took -le 60 ] && ok "calibrate_exit_0 # ${took}s" || nok calibrate_exit_0 "rc=$rc ${took}s $(head -3 "$T/err")"
-keys=$(grep -cE '^(p2p|shm|net)\.(alpha_us|bw_channel_gbs|bw_max_gbs) [0-9]+\.[0-9]+$|^reduce_gbs [0-9]+\.[0-9]+$' "$T/calib")
-[ "$keys" = 10 ] && ok calibrate_file_has_every_key || nok calibrate_file_has_every_key "$keys keys: $(cat "$T/calib")"
+keys=$(grep -cE '^(p2p|shm|net)\.(alpha_us|bw_channel_gbs|bw_max_gbs) [0-9]+\.[0-9]+$|^(reduce_gbs|handoff_us) [0-9]+\.[0-9]+$' "$T/calib")
+[ "$keys" = 11 ] && ok calibrate_file_has_every_key || nok calibrate_file_has_every_key "$keys keys: $(cat "$T/calib")"
 grep -q '^# mend-info --calibrate: 3 of 3 transport kinds measured' "$T/calib" && ok calibrate_measured_all_kinds \
   || nok calibrate_measured_all_kinds "$(head -1 "$T/calib") $(grep 'not measured' "$T/out")"
 zero=$(awk '$2 + 0 <= 0 {print}' <(grep -v '^#' "$T/calib"))
@@ -60,6 +60,20 @@ if [ -s "$T/r0" ] && [ -n "$(est "$T/r0")" ] && [ "$(est "$T/r0")" = "$(est "$T/
   ok ranks_plan_with_rank0_constants
 else
   nok ranks_plan_with_rank0_constants "$(est "$T/r0" | head -2) vs $(est "$T/r1" | head -2); $(grep -m2 -E 'differ|rror' "$T/r1")"
+fi
+
+# Ranks that outnumber the host's CPUs: rank 0 says how crowded the host is, and the cost model
+# charges for it (every rank computes it from what all reported, so all choose alike).
+cpus=$(nproc)
+MEND_CALIB_FILE="$T/calib" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING LD_LIBRARY_PATH="$B/lib" \
+  timeout 120 "$B/bin/mend-run" -n 4 "$PERF" -b 64K -e 64K -n 2 -w 0 -c 1 > "$T/crowd" 2>&1; rc=$?
+if [ "$cpus" -lt 4 ]; then
+  want=$(awk -v c="$cpus" 'BEGIN {printf "%.2f", 4 / c}')
+  [ $rc -eq 0 ] && grep -q "Init: $want ranks per CPU on the most crowded host" "$T/crowd" && ok crowded_host_reported \
+    || nok crowded_host_reported "rc=$rc want $want: $(grep -m1 'ranks per CPU' "$T/crowd")"
+else
+  [ $rc -eq 0 ] && ! grep -q "ranks per CPU" "$T/crowd" && ok "crowded_host_reported # $cpus CPUs: not crowded" \
+    || nok crowded_host_reported "rc=$rc $(grep -m1 'ranks per CPU' "$T/crowd")"
 fi
 
 "$TOOL" --calibrate --bogus > /dev/null 2> "$T/err"; rc=$?

@@ -114,6 +114,37 @@ TEST(TuningModel, TreeForSmallRingForLarge) {
   EXPECT_LE(mendTuneChunk(MEND_FUNC_ALLREDUCE, MEND_ALGO_RING, (size_t)1 << 30, 8, 524288), 524288u);
 }
 
+// Ranks that outnumber their host's CPUs (cpuCrowd > 1) pay a hand-off per dependent step and share
+// a CPU's copies and reductions.  Measured on 2 CPUs (mend-run, no binding): 4 ranks, 128 KiB,
+// recursive doubling 45-47 us against the ring's 93-104 us; 4 MiB favours the ring; 8 ranks, 1 MiB,
+// ring 515 us against the tree's 660-860 us (a pipelined tree's chunks each pay the hand-off).  The
+// constants are those `mend-info --calibrate` measured there.
+TEST(TuningModel, CrowdedHostChargesHandOffs) {
+  mendCalib c;
+  mendCalibDefaults(&c);
+  c.kind[1] = {0.25, 19.0, 19.0};  // shm
+  c.reduceGBs = 30;
+  c.handoffUs = 1.85;
+  mendCostIn in = {MEND_FUNC_ALLREDUCE, 128 << 10, 4, 1 /* shm */, 1, 0, &c};
+  in.slotBytes = 524288;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD)) << "one rank per CPU";
+  in.cpuCrowd = 2;
+  double ring = mendTuneCostUs(&in, MEND_ALGO_RING), rd = mendTuneCostUs(&in, MEND_ALGO_RD);
+  EXPECT_LT(rd, ring) << "two ranks per CPU: the ring's 6 steps cost hand-offs";
+  in.cpuCrowd = 0.5;  // fewer ranks than CPUs: nothing charged
+  EXPECT_NEAR(mendTuneCostUs(&in, MEND_ALGO_RING), [&] { in.cpuCrowd = 0; return mendTuneCostUs(&in, MEND_ALGO_RING); }(),
+              1e-9);
+  in.cpuCrowd = 2;
+  in.nBytes = 4 << 20;
+  in.nChannels = 2;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD)) << "large: the ring";
+  in.nRanks = 8;
+  in.cpuCrowd = 4;
+  in.nBytes = 1 << 20;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_TREE))
+      << "the tree's pipeline pays a hand-off per chunk";
+}
+
 // A channel uses tree c mod 2 and NIC c mod nRails: with an even NIC count each NIC carries one
 // tree's channels, and a host inner in that tree receives from 2 children in the reduce phase and
 // sends to 2 in the broadcast phase, one after the other, where the pooled model has 1 each way
@@ -368,7 +399,7 @@ TEST(TuningCalib, ParseWriteAndRefuse) {
   mendCalibDefaults(&c);
   char err[256] = "";
   const char* good = "# measured\n\nshm.alpha_us 1.5\nshm.bw_channel_gbs 4\nshm.bw_max_gbs 7.25\n"
-                     "net.alpha_us 40 # loopback\np2p.bw_max_gbs 9\nreduce_gbs 12\n";
+                     "net.alpha_us 40 # loopback\np2p.bw_max_gbs 9\nreduce_gbs 12\nhandoff_us 2.5\n";
   ASSERT_EQ(mendCalibParse(good, &c, err, sizeof err), 0) << err;
   EXPECT_EQ(c.kind[1].alphaUs, 1.5);
   EXPECT_EQ(c.kind[1].bwChannel, 4.0);
@@ -377,6 +408,7 @@ TEST(TuningCalib, ParseWriteAndRefuse) {
   EXPECT_EQ(c.kind[0].bwMax, 9.0);
   EXPECT_EQ(c.kind[0].alphaUs, 1.0) << "keys not in the file keep their values";
   EXPECT_EQ(c.reduceGBs, 12.0);
+  EXPECT_EQ(c.handoffUs, 2.5);
   struct Bad { const char* text; const char* why; };
   const Bad bads[] = {
       {"shm.alpha 3\n", "line 1: unknown key 'shm.alpha'"},     {"ib.alpha_us 3\n", "unknown key"},
@@ -385,6 +417,7 @@ TEST(TuningCalib, ParseWriteAndRefuse) {
       {"shm.alpha_us nan\n", "needs one number"},               {"shm.alpha_us inf\n", "needs one number"},
       {"shm.alpha_us 1e300\n", "needs one number"},             {"reduce_gbs 0\n", "needs one number"},
       {"shm.alpha_us 1 2\n", "needs one number"},               {"net.bw_max_gbs 0.5\n", "below net.bw_channel_gbs"},
+      {"handoff_us 0\n", "handoff_us needs one number"},
   };
   for (const Bad& b : bads) {
     d = c;
@@ -404,9 +437,11 @@ TEST(TuningCalib, ParseWriteAndRefuse) {
     EXPECT_NEAR(d.kind[k].alphaUs, c.kind[k].alphaUs, 1e-3);
     EXPECT_NEAR(d.kind[k].bwMax, c.kind[k].bwMax, 1e-3);
   }
+  EXPECT_NEAR(d.handoffUs, 2.5, 1e-3);
   char line[512];
   mendCalibDescribe(&c, line, sizeof line);
   EXPECT_NE(std::string(line).find("shm alpha 1.50 us bw 4.00/7.25 GB/s"), std::string::npos) << line;
+  EXPECT_NE(std::string(line).find("hand-off 2.50 us"), std::string::npos) << line;
 }
 
 namespace {
@@ -469,6 +504,7 @@ TEST(TuningCalib, CheckAndEqual) {
   EXPECT_FALSE(mendCalibEqual(&c, &d));
   struct Bad { void (*spoil)(mendCalib*); const char* names; } bad[] = {
     {[](mendCalib* x) { x->reduceGBs = NAN; }, "reduce_gbs"},
+    {[](mendCalib* x) { x->handoffUs = -1; }, "handoff_us"},
     {[](mendCalib* x) { x->reduceGBs = -1; }, "reduce_gbs"},
     {[](mendCalib* x) { x->kind[0].alphaUs = 1e7; }, "p2p.alpha_us"},
     {[](mendCalib* x) { x->kind[1].bwChannel = INFINITY; }, "shm.bw_channel_gbs"},
