@@ -496,11 +496,14 @@ static int cpusAvailable(void) {
   return n;
 }
 
-/* Some communicator of the run has more ranks on this host than this process has CPUs. */
+/* Some communicator of the run has more ranks on a host than the host's CPUs: comm->cpuCrowd, from
+ * every rank's report at init (ranks bound one per CPU are not crowded, though each may run on one
+ * CPU only); a communicator made without that exchange (the loopback world) compares its local
+ * ranks with this process's CPUs. */
 static int oversubscribed(struct ncclComm** comms, int nComms) {
-  int cpus = cpusAvailable();
   for (int i = 0; i < nComms; i++) {
-    if (comms[i]->nLocalRanks > cpus) return 1;
+    double crowd = comms[i]->cpuCrowd;
+    if (crowd > 1.0 || (crowd <= 0 && comms[i]->nLocalRanks > cpusAvailable())) return 1;
   }
   return 0;
 }
