@@ -76,6 +76,14 @@ else
     || nok crowded_host_reported "rc=$rc $(grep -m1 'ranks per CPU' "$T/crowd")"
 fi
 
+# Ranks bound one per CPU (`--bind`) are not crowded, although each may run on one CPU only.
+if [ "$cpus" -ge 2 ]; then
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT LD_LIBRARY_PATH="$B/lib" \
+    timeout 120 "$B/bin/mend-run" -n 2 --bind "$PERF" -b 8 -e 8 -n 2 -w 0 -c 1 > "$T/bound" 2>&1; rc=$?
+  [ $rc -eq 0 ] && grep -q "Init COMPLETE" "$T/bound" && ! grep -q "ranks per CPU" "$T/bound" \
+    && ok bound_ranks_not_crowded || nok bound_ranks_not_crowded "rc=$rc $(grep -m1 'ranks per CPU' "$T/bound")"
+fi
+
 "$TOOL" --calibrate --bogus > /dev/null 2> "$T/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "unknown or incomplete option '--bogus'" "$T/err" && ok bad_option_exit_2 \
   || nok bad_option_exit_2 "rc=$rc $(cat "$T/err")"
