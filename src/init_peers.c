@@ -108,6 +108,8 @@ static void fillInfo(struct ncclComm* comm, struct mendPeerInfo* info) {
  * same value): a host's CPUs are its online count, or fewer when its ranks' affinities add up to
  * fewer (ranks bound to one CPU each count one each).  The cost model charges dependent steps and
  * per-rank work for it (tuning.c). */
+#define MAX_CPUS (1 << 20) /* bound on a reported CPU count */
+
 static ncclResult_t hostCrowding(struct ncclComm* comm) {
   int n = comm->nRanks, nNodes = comm->nNodes;
   int *ranks = NULL, *cpus = NULL, *online = NULL;
@@ -118,9 +120,12 @@ static ncclResult_t hostCrowding(struct ncclComm* comm) {
   for (int r = 0; r < n; r++) {
     const struct mendPeerInfo* p = comm->peerInfo + r;
     int h = comm->rankToNode[r];
+    /* Counts from other ranks: bounded before they are summed. */
+    int c = p->cpus < 1 ? 1 : p->cpus > MAX_CPUS ? MAX_CPUS : p->cpus;
+    int on = p->cpusOnline < 1 ? 1 : p->cpusOnline > MAX_CPUS ? MAX_CPUS : p->cpusOnline;
     ranks[h]++;
-    cpus[h] += p->cpus > 0 ? p->cpus : 1;
-    if (online[h] == 0 || p->cpusOnline < online[h]) online[h] = p->cpusOnline > 0 ? p->cpusOnline : 1;
+    cpus[h] = cpus[h] + c > MAX_CPUS ? MAX_CPUS : cpus[h] + c;
+    if (online[h] == 0 || on < online[h]) online[h] = on;
   }
   comm->cpuCrowd = 1.0;
   for (int h = 0; h < nNodes; h++) {

@@ -193,9 +193,10 @@ static double treeFillUs(const struct mendCostIn* in, double perUs) {
   return 2.0 * (depthOf(in->nRanks) - 1) * 2.0 * chunk / (perUs / nCh);
 }
 
-/* The reduction part of an AllReduce's estimate (host CPU time, not wire time). */
+/* Ranks per CPU on the most crowded host, 1 when no host is crowded. */
 static double crowdOf(const struct mendCostIn* in) { return in->cpuCrowd > 1.0 ? in->cpuCrowd : 1.0; }
 
+/* The reduction part of an AllReduce's estimate (host CPU time, not wire time). */
 static double reduceUs(const struct mendCostIn* in, int algo) {
   double S = (double)in->nBytes, n = in->nRanks, perUs = calibIn(in)->reduceGBs * 1e3 / crowdOf(in);
   if (in->func != MEND_FUNC_ALLREDUCE || n <= 1) return 0;
@@ -241,7 +242,8 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   switch (in->func) {
   case MEND_FUNC_ALLREDUCE:
     if (algo == MEND_ALGO_RING)
-      return 2.0 * (n - 1) * a + hand * crowdedSteps(in, algo) + 2.0 * (n - 1) / n * S / perUs + (n - 1.0) / n * S / redUs;
+      return 2.0 * (n - 1) * a + hand * crowdedSteps(in, algo) + 2.0 * (n - 1) / n * S / perUs +
+             (n - 1.0) / n * S / redUs;
     if (algo == MEND_ALGO_TREE) {
       double f = kind == MEND_TRANSPORT_NET ? treeNicFactor(in) : 1.0;
       return 2.0 * (depthOf(n) - 1) * a + hand * crowdedSteps(in, algo) + 2.0 * f * S / perUs + treeFillUs(in, perUs) +

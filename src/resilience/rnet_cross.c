@@ -28,10 +28,14 @@
 
 static int crossAllowed(void) { return mendParamCrossNic() != 0; }
 
-/* Device d of the host that wrote hello h can carry a path: it has a handle and no one saw it die. */
+/* Device d of the host that wrote hello h exists and has a listen handle. */
+static int devValid(const struct rnetHello* h, int d) {
+  return d >= 0 && d < h->nDevs && d < MEND_RNET_MAX_PATHS && ((h->validMask >> d) & 1);
+}
+
+/* ... and no one saw it die. */
 static int devUsable(struct rnetComm* rc, int rank, int d, const struct rnetHello* h) {
-  if (d < 0 || d >= h->nDevs || d >= MEND_RNET_MAX_PATHS || !((h->validMask >> d) & 1)) return 0;
-  return mendResilDevUsable(rc->ctx->resil, rank, d) != 0;
+  return devValid(h, d) && mendResilDevUsable(rc->ctx->resil, rank, d) != 0;
 }
 
 /* Sender: a pair of usable devices of different indices that no path of the chain already paired. */
@@ -80,7 +84,8 @@ static int senderStart(struct rnetComm* rc) {
   }
   int p = addSlot(rc, mine, theirs);
   WARN("NET/Resilient: rank %d -> rank %d: no rail left in common; crossing rails from device %d to the peer's "
-       "device %d (path %d, NCCL_CROSS_NIC=%d)", rc->ctx->rank, rc->peerRank, mine, theirs, p, (int)mendParamCrossNic());
+       "device %d (path %d, NCCL_CROSS_NIC=%d)", rc->ctx->rank, rc->peerRank, mine, theirs, p,
+       (int)mendParamCrossNic());
   char extra[32];
   snprintf(extra, sizeof(extra), "to_dev=%d", theirs);
   mendRnetEvent("cross", rc, p, "none", extra);
@@ -123,8 +128,8 @@ ncclResult_t mendRnetCrossNotice(struct rnetComm* rc, const struct rnetNotice* n
   else if (!crossAllowed()) why = "NCCL_CROSS_NIC=0 here";
   else if (atomic_load(&rc->stage) != RNET_STAGE_READY) why = "the connection is not set up";
   else if (rc->crossPath >= 0 || rc->nPaths >= MEND_RNET_MAX_SLOTS) why = "no free slot";
-  else if (sdev >= peer->nDevs || sdev >= MEND_RNET_MAX_PATHS || !((peer->validMask >> sdev) & 1)) why = "no such sender device";
-  else if (rdev >= me->nDevs || rdev >= MEND_RNET_MAX_PATHS || !((me->validMask >> rdev) & 1)) why = "no such device here";
+  else if (!devValid(peer, sdev)) why = "no such sender device";
+  else if (!devValid(me, rdev)) why = "no such device here";
   if (why) {
     WARN("NET/Resilient: conn %llx: request %u for path %u (cause 0x%x) from rank %d refused: %s",
          (unsigned long long)rc->connId, n->type, n->path, code, n->fromRank, why);
