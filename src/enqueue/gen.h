@@ -49,6 +49,11 @@ void mendTreeDoubleBinary(int nRanks, int pos, int which, int* up, int down[2]);
  * connectors and steps fit a program (n <= 16). */
 int mendRdSupported(int nRanks);
 ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgram** prog);
+/* Recursive doubling AllGather (gen_rd.c): log2(n) rounds, round k exchanging 2^k blocks with the
+ * position q ^ 2^k; powers of two whose connectors (2 a round) and last round (n/2 slots on one
+ * connector, and the op's signature) fit: mendRdAllGatherSupported (2, 4, 8). */
+int mendRdAllGatherSupported(int nRanks);
+ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgram** prog);
 
 /* R2 AllReduce, one partial level (gen_r2.c): the part the `inner` ranks (k, sub-ring order) reduce
  * in a ring while the `outer` ranks (d, chain order; 1 <= d <= k x MEND_R2_MAX_FANOUT) work on the

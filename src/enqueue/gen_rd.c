@@ -1,6 +1,6 @@
 /*
- * Recursive doubling AllReduce, for small counts: log2(P) exchange rounds instead of the ring's
- * 2(n-1) hops (P: the largest power of two <= n).  Positions 0..n-1 (the channel's ring order maps
+ * Recursive doubling AllReduce, for small counts (AllGather at the end): log2(P) exchange rounds
+ * instead of the ring's 2(n-1) hops (P: the largest power of two <= n).  Positions 0..n-1 (the channel's ring order maps
  * them to ranks); in round k position q exchanges its whole partial with q ^ 2^k and reduces.
  * With n not a power of two, position P + e first folds its input into position e (one hop before
  * the rounds) and gets the result back from it (one hop after).
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "checks.h"
+#include "transport/fifo.h"
 #include "transport/transport.h"
 
 #define COLL MEND_CONN_COLL
@@ -73,5 +74,46 @@ ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgr
     return res;
   }
   *prog = prog0;
+  return ncclSuccess;
+}
+
+/* AllGather (blocked: segment = position, block = ranks[position]).  Before the round of `bit`,
+ * position q holds the blocks of its group of `bit` positions (q with its low bits cleared); it sends
+ * them to q ^ bit and receives that position's group, so the group doubles.  Round 0 copies the
+ * own block from the send buffer as it sends it.  A round's sends all go before its receives: both
+ * partners send first, so a round may post up to n/2 slots on one connector (its FIFO holds
+ * MEND_FIFO_SLOTS): 2, 4 and 8 ranks. */
+int mendRdAllGatherSupported(int nRanks) {
+  int rounds = 0;
+  for (int p = 1; p < nRanks; p <<= 1) rounds++;
+  /* The last round posts n/2 slots on one connector before it receives, and an op's first slot on a
+   * connector may take one more (its signature alone, when the data fills the slot): they must fit
+   * the FIFO, or both partners wait for room (16 ranks, 1009 bytes a block, hung). */
+  return nRanks >= 2 && (nRanks & (nRanks - 1)) == 0 && 2 * rounds <= MEND_PROG_MAX_PEERS &&
+         2 * rounds <= MEND_PROG_MAX_STEPS && nRanks / 2 + 1 <= MEND_FIFO_SLOTS;
+}
+
+ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgram** prog) {
+  if (n == 1) return mendGenCopy(0, prog);
+  if (!mendRdAllGatherSupported(n)) {
+    WARN("Recursive doubling AllGather: %d ranks (a power of two whose last round fits a FIFO only)", n);
+    return ncclInternalError;
+  }
+  struct mendProgram* p;
+  MENDCHECK(mendProgAlloc(MEND_ALGO_RD, (uint32_t)n, &p));
+  for (int i = 0; i < n; i++) p->segMap[i] = ranks[i];
+  mendProgAddPhase(p, MEND_LAYOUT_BLOCKED, (uint32_t)n);
+  for (int bit = 1; bit < n; bit <<= 1) {
+    int partner = ranks[q ^ bit], mine = q & ~(bit - 1), theirs = mine ^ bit;
+    if (bit == 1) mendProgAddStep(p, MEND_OP_COPY_SEND, 0, -1, partner, COLL, MEND_BUF_SEND, MEND_BUF_RECV, q, 1, 0);
+    else mendProgAddStep(p, MEND_OP_SEND, 0, -1, partner, COLL, MEND_BUF_RECV, MEND_BUF_NONE, mine, bit, 1);
+    mendProgAddStep(p, MEND_OP_RECV, 0, partner, -1, COLL, MEND_BUF_NONE, MEND_BUF_RECV, theirs, bit, 1);
+  }
+  ncclResult_t res = mendProgValidate(p);
+  if (res != ncclSuccess) {
+    free(p);
+    return res;
+  }
+  *prog = p;
   return ncclSuccess;
 }

@@ -252,6 +252,16 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
     if (algo == MEND_ALGO_RD) return mendRdSupported(n) ? rdHops(n) * (alpha + S / perUs + S / redUs) : -1;
     return -1;
   case MEND_FUNC_ALLGATHER:
+    /* Recursive doubling sends the ring's bytes in log2(n) steps, but a block it forwards is read
+     * back from the output (the ring forwards a slot as it receives it): (n - 1 - log2 n) / n of S
+     * once more.  4 ranks on 2 CPUs: 1.9-2.4x the ring's speed at 16-64 KiB, 0.7-0.9x at 1-4 MiB.
+     * One host only: between hosts its later rounds would send half of every rank's blocks over the
+     * network, where the ring crosses once. */
+    if (algo == MEND_ALGO_RD) {
+      if (kind == MEND_TRANSPORT_NET || !mendRdAllGatherSupported(n)) return -1;
+      int hops = rdHops(n);
+      return hops * alpha + (n - 1.0) / n * S / perUs + (double)(n - 1 - hops) / n * S / perUs;
+    }
     return algo == MEND_ALGO_RING ? (n - 1) * alpha + (double)(n - 1) / n * S / perUs : -1;
   case MEND_FUNC_REDUCESCATTER:
     return algo == MEND_ALGO_RING ? (n - 1) * alpha + (double)(n - 1) / n * S * (1 / perUs + 1 / redUs) : -1;
@@ -368,10 +378,11 @@ ncclResult_t mendTuneColl(struct ncclComm* comm, struct mendPlanner* pl, const s
   ch->algo = askTuner(comm, pl, func, nBytes, cost, &nCh);
   if (pl->tuner == NULL && (algoHint == MEND_ALGO_RING || algoHint == MEND_ALGO_TREE) && cost[algoHint] >= 0)
     ch->algo = algoHint;
-  /* Recursive doubling is Mend's own: considered when NCCL_ALGO leaves the choice to Mend and no
-   * tuner plugin decides (a plugin's table has no cell for it); MEND_RD=1 forces it, 0 rules it out. */
+  /* Recursive doubling (AllReduce; AllGather on one host) is Mend's own: considered when NCCL_ALGO
+   * leaves the choice to Mend and no tuner plugin decides (a plugin's table has no cell for it);
+   * MEND_RD=1 forces it where it applies, 0 rules it out. */
   int64_t rdMode = mendParamRd();
-  int rdOk = func == MEND_FUNC_ALLREDUCE && pl->tuner == NULL && rdMode != 0 &&
+  int rdOk = (func == MEND_FUNC_ALLREDUCE || func == MEND_FUNC_ALLGATHER) && pl->tuner == NULL && rdMode != 0 &&
              (rdMode == 1 || mendParamAlgo() == NULL);
   double rd = rdOk ? mendTuneCostUs(&in, MEND_ALGO_RD) : -1;
   if (rd >= 0 && (rdMode == 1 || rd < cost[ch->algo])) ch->algo = MEND_ALGO_RD;

@@ -14,6 +14,7 @@
 
 extern "C" {
 #include "enqueue/calib.h"
+#include "enqueue/gen.h"
 #include "enqueue/plan.h"
 #include "enqueue/tuning.h"
 #include "misc/param.h"
@@ -214,6 +215,7 @@ TEST(TuningChoice, FollowsEnvAndModel) {
       {"ring;allreduce:tree", 8, 8, MEND_ALGO_TREE}, {"^tree", 8, 16, MEND_ALGO_RING},
       {nullptr, 8, 17, MEND_ALGO_TREE},          {nullptr, (size_t)256 << 20, 16, MEND_ALGO_RING},
       {nullptr, 8, 16, MEND_ALGO_RD},            {"tree", 8, 16, MEND_ALGO_TREE},
+      {nullptr, 8, 8, MEND_ALGO_RD},             {nullptr, (size_t)256 << 20, 8, MEND_ALGO_RING},
       {"nvls", 8, 4, MEND_ALGO_RING},           {"allgather:tree", 8, 16, MEND_ALGO_TREE},
   };
   for (const Case& c : cases) {
@@ -235,7 +237,11 @@ TEST(TuningChoice, FollowsEnvAndModel) {
     EXPECT_GT(ch.estUs, 0);
     op.func = MEND_FUNC_ALLGATHER;
     ASSERT_EQ(mendTuneColl(w.comm(0), pl, &op, c.bytes, -1, &ch), ncclSuccess);
-    EXPECT_EQ(ch.algo, MEND_ALGO_RING) << "AllGather has only the ring";
+    // One host: recursive doubling for small gathers where it fits and NCCL_ALGO leaves the choice to
+    // Mend (it reads forwarded blocks back, so large gathers stay on the ring); else the ring.
+    bool small = c.bytes <= 65536;
+    int wantAg = c.env == nullptr && mendRdAllGatherSupported(c.n) && small ? MEND_ALGO_RD : MEND_ALGO_RING;
+    EXPECT_EQ(ch.algo, wantAg) << "AllGather, " << (c.env ? c.env : "(unset)") << ", " << c.n << " ranks";
   }
 }
 
