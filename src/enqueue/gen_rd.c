@@ -1,7 +1,8 @@
 /*
  * Recursive doubling AllReduce, for small counts (AllGather at the end): log2(P) exchange rounds
- * instead of the ring's 2(n-1) hops (P: the largest power of two <= n).  Positions 0..n-1 (the channel's ring order maps
- * them to ranks); in round k position q exchanges its whole partial with q ^ 2^k and reduces.
+ * instead of the ring's 2(n-1) hops (P: the largest power of two <= n).  Positions 0..n-1 (the
+ * channel's ring order maps them to ranks); in round k position q exchanges its whole partial with
+ * q ^ 2^k and reduces.
  * With n not a power of two, position P + e first folds its input into position e (one hop before
  * the rounds) and gets the result back from it (one hop after).
  *
