@@ -74,7 +74,11 @@ static int addSlot(struct rnetComm* rc, int local, int remote) {
 static int64_t waitBoundMs(void) { return mendRnetRebuildTimeoutMs() + CROSS_WAIT_MS; }
 
 static int senderStart(struct rnetComm* rc) {
-  if (rc->crossPath >= 0) return rc->paths[rc->crossPath].rbStage != RNET_RB_NONE;  /* one crossing slot */
+  if (rc->crossPath >= 0) { /* one crossing slot: wait for it only while it is being rebuilt */
+    if (rc->paths[rc->crossPath].rbStage == RNET_RB_NONE) return 0;
+    rc->crossUntilMs = mendTimeMs() + waitBoundMs();
+    return 1;
+  }
   int mine = -1, theirs = -1;
   if (rc->nPaths >= MEND_RNET_MAX_SLOTS || !pick(rc, &mine, &theirs)) {
     INFO(MEND_RESIL, "NET/Resilient: conn %llx to rank %d: no pair of working NICs to cross rails with",
