@@ -3,7 +3,6 @@
  * host layout (hosts ordered by their first rank), agree on a communicator hash, bring up the
  * transports, and mark the communicator READY.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,11 +95,9 @@ static void fillInfo(struct ncclComm* comm, struct mendPeerInfo* info) {
   info->pidHash = mendPidHash();
   info->pid = (int)getpid();
   info->hostMode = comm->hostMode;
-  cpu_set_t set;
-  info->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  info->cpus = mendCpusAvailable();
   long online = sysconf(_SC_NPROCESSORS_ONLN);
   info->cpusOnline = online > 0 ? (int)online : 1;
-  if (info->cpus < 1) info->cpus = 1;
   snprintf(info->hostId, sizeof(info->hostId), "%s", mendHostId());
 }
 

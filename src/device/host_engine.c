@@ -483,19 +483,6 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
   }
 }
 
-/* CPUs this process may run on: a fact of the machine, read once (sched_getaffinity is a system call,
- * too slow for every 8-byte operation). */
-static int cpusAvailable(void) {
-  static _Atomic int cached;
-  int n = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (n > 0) return n;
-  cpu_set_t set;
-  n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  if (n < 1) n = 1;
-  atomic_store_explicit(&cached, n, memory_order_relaxed);
-  return n;
-}
-
 /* Some communicator of the run has more ranks on a host than the host's CPUs: comm->cpuCrowd, from
  * every rank's report at init (ranks bound one per CPU are not crowded, though each may run on one
  * CPU only); a communicator made without that exchange (the loopback world) compares its local
@@ -503,7 +490,7 @@ static int cpusAvailable(void) {
 static int oversubscribed(struct ncclComm** comms, int nComms) {
   for (int i = 0; i < nComms; i++) {
     double crowd = comms[i]->cpuCrowd;
-    if (crowd > 1.0 || (crowd <= 0 && comms[i]->nLocalRanks > cpusAvailable())) return 1;
+    if (crowd > 1.0 || (crowd <= 0 && comms[i]->nLocalRanks > mendCpusAvailable())) return 1;
   }
   return 0;
 }

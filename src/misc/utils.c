@@ -2,6 +2,8 @@
 #include "misc/utils.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +126,17 @@ void mendHostIdReset(void) {
   pthread_mutex_lock(&hostLock);
   hostReady = 0;
   pthread_mutex_unlock(&hostLock);
+}
+
+int mendCpusAvailable(void) {
+  static _Atomic int cached;
+  int n = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (n > 0) return n;
+  cpu_set_t set;
+  n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (n < 1) n = 1;
+  atomic_store_explicit(&cached, n, memory_order_relaxed);
+  return n;
 }
 
 uint64_t mendPidHash(void) {

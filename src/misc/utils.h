@@ -51,6 +51,9 @@ uint64_t mendHostHash(void);
 uint64_t mendPidHash(void);
 /* Forget the cached host identity (tests that change NCCL_HOSTID). */
 void mendHostIdReset(void);
+/* CPUs this process may run on (its affinity), at least 1: a fact of the machine, read once
+ * (sched_getaffinity is a system call, too slow for every 8-byte operation). */
+int mendCpusAvailable(void);
 /* Short hostname (up to the first '.'), as log lines and %h print it. */
 void mendHostName(char* buf, size_t len);
 
