@@ -155,6 +155,13 @@ class RnetTest : public ::testing::Test {
     mendNetSocketResetForTest();
   }
 
+  // Start over with `devs` test devices (the device count is read at init).
+  void Reinit(int devs) {
+    gDevs = devs;
+    R->finalize(ctx_);
+    ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  }
+
   void Connect(int dev = 0) {
     char handle[MEND_NET_HANDLE_MAXSIZE] = {};
     void* lc = nullptr;
@@ -422,9 +429,7 @@ TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
 // receiver (the test Net, like a fabric whose rails meet at a spine, connects any pair).  Every
 // message arrives once, in order, and the crossing path carries the rest.
 TEST_F(RnetTest, CrossingPathCarriesTheConnectionWhenNoRailIsLeft) {
-  gDevs = 2;
-  R->finalize(ctx_);  // the device count is read at init
-  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(Reinit(2));
   Connect();
   ASSERT_NO_FATAL_FAILURE(StreamAll(400, [&](int k) {
     if (k == 100) mendRnetKillPath(sc_, 0);
@@ -455,9 +460,7 @@ TEST_F(RnetTest, CrossingPathCarriesTheConnectionWhenNoRailIsLeft) {
 TEST_F(RnetTest, CrossingForbiddenFailsTheConnection) {
   setenv("NCCL_CROSS_NIC", "0", 1);
   mendParamResetCache();
-  gDevs = 2;
-  R->finalize(ctx_);
-  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(Reinit(2));
   Connect();
   int got = 0;
   ncclResult_t res = Stream(400, &got, [&](int k) {
@@ -473,9 +476,7 @@ TEST_F(RnetTest, CrossingForbiddenFailsTheConnection) {
 // A crossing path whose devices are dead too: the connection fails at both ends within the bound
 // (the receiver, which waits for the sender's crossing path, is told it will not come).
 TEST_F(RnetTest, CrossingThatCannotBeBuiltFailsBothEnds) {
-  gDevs = 2;
-  R->finalize(ctx_);
-  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(Reinit(2));
   Connect();
   int got = 0;
   double t0 = nowMs();
@@ -561,9 +562,7 @@ TEST_F(RnetTest, BadArgumentsAreRejected) {
 }
 
 TEST_F(RnetTest, OneDeviceStillWorks) {
-  gDevs = 1;
-  R->finalize(ctx_);  // the device count is read at init
-  ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(Reinit(1));
   Connect();
   EXPECT_EQ(Stats(sc_).nPaths, 1);
   ASSERT_NO_FATAL_FAILURE(StreamAll(50));
