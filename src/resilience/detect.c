@@ -141,7 +141,12 @@ struct mendConfirmCfg mendConfirmConfig(void) {
 
 static int64_t nowUs(void) { return (int64_t)(mendTimeNs() / 1000); }
 
-void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done) {
+int64_t mendRttAckWaitUs(int64_t nowUs, int64_t sinceUs, uint32_t heldUs) {
+  if (sinceUs <= 0 || nowUs < sinceUs || nowUs - sinceUs < (int64_t)heldUs) return -1;
+  return nowUs - sinceUs - (int64_t)heldUs;
+}
+
+void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done, uint32_t delayUs) {
   struct mendDetect* d = &rc->det;
   if (!rc->isSend || done <= rc->nDone || p < 0 || p >= MEND_RNET_MAX_SLOTS) return;
   int64_t now = nowUs();
@@ -150,7 +155,8 @@ void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done) {
   int64_t since = rc->reqs[rc->nDone % RNET_WINDOW].postUs;
   if (d->lastAckUs > since) since = d->lastAckUs;
   /* The first acknowledgement on a path after a switch waited through the switch: no sample. */
-  if (p == d->ackPath && since > 0 && now >= since) mendRttSample(&d->rtt[p], now - since, bytes);
+  int64_t wait = mendRttAckWaitUs(now, since, delayUs);
+  if (p == d->ackPath && wait >= 0) mendRttSample(&d->rtt[p], wait, bytes);
   d->ackPath = p;
   d->lastAckUs = now;
   d->backoff = 0;

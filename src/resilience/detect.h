@@ -53,6 +53,10 @@ struct mendRtt {
 #define MEND_RTT_RATE_BYTES 16384    /* smaller acknowledgements measure latency only */
 #define MEND_RTT_VAR_MULT 4          /* suspicion: srtt + 4 rttvar + in-flight transmit time */
 void mendRttSample(struct mendRtt* e, int64_t waitUs, uint64_t bytes);
+/* The wait an acknowledgement measures: from `sinceUs` to its arrival at `nowUs`, less the time the
+ * receiver held it (`heldUs`, from the message).  -1 when there is no sample: no start, or a hold
+ * longer than the whole wait (not believed). */
+int64_t mendRttAckWaitUs(int64_t nowUs, int64_t sinceUs, uint32_t heldUs);
 /* How long a path with `inFlight` bytes unacknowledged may stay silent before it is suspected:
  * max(floor, srtt + 4 rttvar + inFlight / rate), doubled `backoff` times, at most cap; cap while
  * the estimate has fewer than MEND_RTT_MIN_SAMPLES samples or bytes are in flight and no rate is
@@ -107,7 +111,7 @@ struct mendDetect {
   int64_t lastMissMs;      /* first failed probe of the connection's only live path since progress (0: none) */
 };
 /* Sender: an acknowledgement on path p advanced the done count to `done` (before rc->nDone moves). */
-void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done);
+void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done, uint32_t delayUs);
 
 /* Short name of a cause ("link", "probe", ...), as events print it. */
 const char* mendRnetKillName(int why);

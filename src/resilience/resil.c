@@ -22,6 +22,7 @@
 
 #define SVC_BUSY_MS 5     /* service loop tick while something is in flight */
 #define SVC_IDLE_MS 50    /* tick when idle (link events and wake-ups interrupt it) */
+#define SVC_ACK_MS 1      /* tick while a connection holds an acknowledgement */
 #define OOB_SLICE_MS 100  /* out-of-band receive slice (bounds how long stop takes) */
 #define HK_MAX 64         /* connections progressed per housekeeping round */
 
@@ -37,6 +38,12 @@ void mendResilWake(struct mendResil* r) {
   uint64_t one = 1;
   ssize_t n = write(r->evFd, &one, sizeof(one));
   (void)n;
+}
+
+void mendResilAckHeld(struct mendResil* r, int delta) {
+  if (!r) return;
+  /* Paired with serviceMain's napping then acksHeld: one of the two sees the other. */
+  if (atomic_fetch_add(&r->acksHeld, delta) == 0 && delta > 0 && atomic_load(&r->napping)) mendResilWake(r);
 }
 
 /* ---------------------------------------------------------------- out queue */
@@ -184,21 +191,29 @@ void mendResilKillDev(struct mendResil* r, int dev, int why) {
   if (r->wake) mendBellRing(r->wake);
 }
 
-static int needsService(struct rnetComm* rc) {
-  return atomic_load_explicit(&rc->inboxCount, memory_order_acquire) > 0 ||
+/* An acknowledgement held past its delay: its receiver has not called since (the service sends it). */
+static int ackOverdue(struct rnetComm* rc, uint64_t now) {
+  uint64_t since = atomic_load_explicit(&rc->ackHeldSince, memory_order_relaxed);
+  return since && now - since >= rc->ackDelayNs;
+}
+
+static int needsService(struct rnetComm* rc, uint64_t now) {
+  return atomic_load_explicit(&rc->inboxCount, memory_order_acquire) > 0 || ackOverdue(rc, now) ||
          atomic_load(&rc->probeState) == MEND_RNET_PROBE_DONE || atomic_load(&rc->rebuilding) > 0;
 }
 
-/* Progress connections that have notices, probe results or rebuilds but no traffic to carry them
- * (the proxy calls a connection only while it has requests).  A connection the proxy is in right now
+/* Progress connections that have notices, probe results, rebuilds or held acknowledgements but no
+ * traffic to carry them (the proxy calls a connection only while it has requests).  A connection the proxy is in right now
  * is skipped: the proxy applies the same things itself. */
 static int housekeep(struct mendResil* r) {
   if (!r->ctx) return 0;
   struct rnetComm* todo[HK_MAX];
   int n = 0;
   pthread_mutex_lock(&r->ctx->lock);
+  uint64_t now = mendTimeNs();
   for (struct rnetComm* rc = r->ctx->comms; rc && n < HK_MAX; rc = rc->next) {
-    if (atomic_load(&rc->stage) != RNET_STAGE_READY || !needsService(rc) || pthread_mutex_trylock(&rc->lock)) continue;
+    if (atomic_load(&rc->stage) != RNET_STAGE_READY || !needsService(rc, now) || pthread_mutex_trylock(&rc->lock))
+      continue;
     todo[n++] = rc;
   }
   pthread_mutex_unlock(&r->ctx->lock);
@@ -237,8 +252,12 @@ static void* serviceMain(void* arg) {
     fds[n++] = (struct pollfd){ .fd = r->evFd, .events = POLLIN };
     if (r->nlFd >= 0) fds[n++] = (struct pollfd){ .fd = r->nlFd, .events = POLLIN };
     n += mendResilProbeFds(r, fds + n, (int)(sizeof(fds) / sizeof(fds[0])) - n);
-    int worked = 0;
-    poll(fds, (nfds_t)n, busy(r) ? SVC_BUSY_MS : SVC_IDLE_MS);
+    int worked = 0, tick = busy(r) ? SVC_BUSY_MS : SVC_IDLE_MS;
+    atomic_store(&r->napping, 1);
+    if (atomic_load(&r->acksHeld) > 0) tick = SVC_ACK_MS;
+    if (tick != SVC_IDLE_MS) atomic_store(&r->napping, 0);
+    poll(fds, (nfds_t)n, tick);
+    atomic_store(&r->napping, 0);
     if (atomic_load(&r->stop)) break;
     drainEvent(r);
     mendResilLinkRead(r);

@@ -40,6 +40,9 @@ void mendResilFree(struct mendResil* r);
 
 /* Something was posted to a connection: progress idle connections soon. */
 void mendResilWake(struct mendResil* r);
+/* A receiving connection starts (+1) or stops (-1) holding an acknowledgement: while any is held the
+ * service looks every millisecond and sends those held too long (their receiver may not call again). */
+void mendResilAckHeld(struct mendResil* r, int delta);
 /* Send a connection notice to rank `peer` over the bootstrap (queued; sent by the service). */
 void mendResilSendNotice(struct mendResil* r, int peer, const struct rnetNotice* n);
 /* Probe the paths of rc in `mask` (sender's progress timeout); results land in rc->probeFailed. */

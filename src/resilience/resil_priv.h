@@ -160,6 +160,8 @@ struct mendResil {
   int64_t lastLocMs[RESIL_MAX_DEVS]; /* last localization started per local device (one per fault) */
   struct mendHealth health;       /* the registry */
   struct mendAgree* agree;        /* plan-view agreement over the registry (NULL in unit tests) */
+  _Atomic int acksHeld;           /* receiving connections holding an acknowledgement (mendResilAckHeld) */
+  _Atomic int napping;            /* the service sleeps its idle tick: a first held acknowledgement wakes it */
 };
 
 /* ---- resil.c ---- */

@@ -4,6 +4,7 @@
  */
 #include "resilience/rnet_priv.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "misc/param.h"
 #include "misc/utils.h"
 #include "resilience/detect.h"
+#include "resilience/resil.h"
 
 static _Atomic(const mendNet_t*) baseNet;  /* for init/devices/getProperties (no context there) */
 
@@ -221,7 +223,7 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
            m.magic, (unsigned long long)m.value, (unsigned long long)rc->nPosted);
       return ncclRemoteError;
     }
-    if (m.value > rc->nDone) mendRnetDetectAcked(rc, p, m.value);
+    if (m.value > rc->nDone) mendRnetDetectAcked(rc, p, m.value, m.delayUs);
     if (m.value > rc->nDone) rc->nDone = m.value;
     rc->lastProgressMs = mendTimeMs();
   }
@@ -315,8 +317,64 @@ static ncclResult_t reapCtrl(struct rnetComm* rc) {
   return ncclSuccess;
 }
 
+/* Receiver: is a control message due on the active path?  A RESUME always is.  An acknowledgement of
+ * small messages may wait (README, "Acknowledgements"): an 8-byte operation then costs one message
+ * per hop instead of two; the sender's slots and clocks never need it sooner than this rule sends it. */
+static int ctrlDue(const struct rnetComm* rc, uint64_t now, int placed, int force) {
+  if (rc->sendResume) return 1;
+  uint64_t owed = rc->nDone - rc->ctrlSent;
+  if (owed == 0) return 0;
+  if (force || rc->ackDelayNs == 0 || rc->owedBytes >= RNET_ACK_BYTES || now - rc->ackHeldNs >= rc->ackDelayNs)
+    return 1;
+  /* A batch goes out when we wait for the next message, not while the caller has data to act on. */
+  return owed >= RNET_ACK_BATCH && (!placed || owed >= RNET_ACK_MAX);
+}
+
+/* Receiver: tell the service whether we hold an acknowledgement (it sends one held too long). */
+static void noteHeld(struct rnetComm* rc) {
+  uint64_t since = rc->nDone > rc->ctrlSent ? rc->ackHeldNs : 0;
+  uint64_t was = atomic_load_explicit(&rc->ackHeldSince, memory_order_relaxed);
+  if (since == was) return;
+  atomic_store(&rc->ackHeldSince, since);
+  if (!since != !was) mendResilAckHeld(rc->ctx->resil, since ? 1 : -1);
+}
+
+static ncclResult_t sendCtrl(struct rnetComm* rc, int p, int placed, int force) {
+  struct rnetPath* path = rc->paths + p;
+  MENDCHECK(reapCtrl(rc));
+  uint64_t now = mendTimeNs();
+  if (ctrlDue(rc, now, placed, force) && rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
+    int k = (int)(rc->ctrlPosted % RNET_NCTRL);
+    struct rnetCtrl* m = rc->area->ctrl + k;
+    uint64_t heldUs = rc->nDone > rc->ctrlSent && now > rc->lastPlacedNs ? (now - rc->lastPlacedNs) / 1000 : 0;
+    *m = (struct rnetCtrl){ .magic = RNET_MAGIC, .type = rc->sendResume ? RNET_CTRL_RESUME : RNET_CTRL_ACK,
+                            .epoch = rc->epoch, .value = rc->nDone,
+                            .delayUs = heldUs > UINT32_MAX ? UINT32_MAX : (uint32_t)heldUs };
+    int wasResume = rc->sendResume;
+    void* req = NULL;
+    MENDCHECK(rc->base->isend(path->ctrl, m, sizeof(*m), 0, path->ctrlArea, &req));
+    if (req) {
+      rc->ctrlReq[k] = req;
+      rc->ctrlPosted++;
+      rc->ctrlSent = rc->nDone;
+      rc->owedBytes = 0;
+      rc->sendResume = 0;
+      if (wasResume) {
+        char extra[48];
+        snprintf(extra, sizeof(extra), "msg=%llu", (unsigned long long)rc->nDone);
+        mendRnetEvent("resume", rc, rc->active, "none", extra);
+      }
+      /* Push it out now: the user may not call us again until the sender has what it waits for. */
+      MENDCHECK(reapCtrl(rc));
+    }
+  }
+  noteHeld(rc);
+  return ncclSuccess;
+}
+
 static ncclResult_t recvPath(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
+  uint64_t doneBefore = rc->nDone;
   while (rc->nIssued < rc->nPosted) {
     struct rnetReq* r = rc->reqs + rc->nIssued % RNET_WINDOW;
     void* data = r->data;
@@ -337,33 +395,24 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
     if (!done) break;
     r->base = NULL;
     r->got = size;
+    uint64_t now = mendTimeNs();
+    if (rc->nDone == rc->ctrlSent) rc->ackHeldNs = now;
+    rc->lastPlacedNs = now;
+    rc->owedBytes += (uint64_t)size;
     rc->nDone++;
     path->msgs++;
   }
-  MENDCHECK(reapCtrl(rc));
-  if ((rc->sendResume || rc->nDone > rc->ctrlSent) && rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
-    int k = (int)(rc->ctrlPosted % RNET_NCTRL);
-    struct rnetCtrl* m = rc->area->ctrl + k;
-    *m = (struct rnetCtrl){ .magic = RNET_MAGIC, .type = rc->sendResume ? RNET_CTRL_RESUME : RNET_CTRL_ACK,
-                            .epoch = rc->epoch, .value = rc->nDone };
-    int wasResume = rc->sendResume;
-    void* req = NULL;
-    MENDCHECK(rc->base->isend(path->ctrl, m, sizeof(*m), 0, path->ctrlArea, &req));
-    if (req) {
-      rc->ctrlReq[k] = req;
-      rc->ctrlPosted++;
-      rc->ctrlSent = rc->nDone;
-      rc->sendResume = 0;
-      if (wasResume) {
-        char extra[48];
-        snprintf(extra, sizeof(extra), "msg=%llu", (unsigned long long)rc->nDone);
-        mendRnetEvent("resume", rc, rc->active, "none", extra);
-      }
-      /* Push it out now: the user may not call us again until the sender has what it waits for. */
-      MENDCHECK(reapCtrl(rc));
-    }
+  return sendCtrl(rc, p, rc->nDone != doneBefore, 0);
+}
+
+void mendRnetAckClose(struct rnetComm* rc) {
+  if (!rc->isSend && rc->error == ncclSuccess && rc->active >= 0 && mendRnetPathLive(rc, rc->active) &&
+      rc->nDone > rc->ctrlSent && sendCtrl(rc, rc->active, 0, 1) == ncclSuccess) {
+    /* Bounded: a peer that stopped reading must not hold our close. */
+    int64_t until = mendTimeMs() + 100;
+    while (rc->ctrlDone < rc->ctrlPosted && mendTimeMs() < until && reapCtrl(rc) == ncclSuccess) sched_yield();
   }
-  return ncclSuccess;
+  if (atomic_exchange(&rc->ackHeldSince, 0)) mendResilAckHeld(rc->ctx->resil, -1);
 }
 
 ncclResult_t mendRnetProgress(struct rnetComm* rc) {

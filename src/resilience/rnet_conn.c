@@ -121,6 +121,8 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   rc->active = 0;
   rc->lastKilled = -1;
   rc->crossPath = -1;
+  /* Held acknowledgements need the service, which sends one its receiver stopped calling for. */
+  rc->ackDelayNs = ctx->resil && mendParamAckDelay() > 0 ? (uint64_t)mendParamAckDelay() * 1000 : 0;
   pthread_mutex_init(&rc->lock, NULL);
   pthread_mutex_init(&rc->inboxLock, NULL);
   pthread_mutex_lock(&ctx->lock);
@@ -483,6 +485,7 @@ static ncclResult_t closeComm(struct rnetComm* rc) {
   mendRnetCtxRemove(rc->ctx, rc);
   /* The service may be progressing us (it holds our lock): wait for it; it cannot find us again. */
   pthread_mutex_lock(&rc->lock);
+  mendRnetAckClose(rc);
   pthread_mutex_unlock(&rc->lock);
   if (rc->ctx->resil) mendResilForget(rc->ctx->resil, rc);
   for (int p = 0; p < rc->nPaths; p++) {

@@ -29,6 +29,9 @@
 #define RNET_MR_MAGIC 0x524e4d52u        /* "RNMR": a live registration */
 #define RNET_WINDOW MEND_NET_MAX_REQUESTS /* messages in flight per comm (and base requests per path) */
 #define RNET_NCTRL 8                     /* control messages in flight per comm */
+#define RNET_ACK_BATCH 4                 /* held acknowledgements: sent at this many when the receiver waits, */
+#define RNET_ACK_MAX 6                   /* ... at this many at once (the sender's FIFO has 8 slots) */
+#define RNET_ACK_BYTES MEND_RTT_RATE_BYTES /* ... and less than this many bytes (larger: at once, rate samples) */
 #define RNET_BASE_HANDLE_BYTES (MEND_NET_HANDLE_MAXSIZE - 16) /* room for the base listen handle */
 
 /* What the receiver's listen hands the sender (through the transport's connection info). */
@@ -60,12 +63,14 @@ enum rnetCtrlType {
   RNET_CTRL_RESUME = 2  /* the first message of the receiver on a path: same value, replay starts there */
 };
 
-/* A control message, receiver -> sender on the ctrl comm of the active path (16 bytes). */
+/* A control message, receiver -> sender on the ctrl comm of the active path (24 bytes). */
 struct rnetCtrl {
-  uint32_t magic;  /* RNET_MAGIC */
-  uint16_t type;   /* enum rnetCtrlType */
-  uint16_t epoch;  /* the receiver's switch count: a RESUME older than the last one taken is stale */
-  uint64_t value;  /* messages fully placed by the receiver */
+  uint32_t magic;    /* RNET_MAGIC */
+  uint16_t type;     /* enum rnetCtrlType */
+  uint16_t epoch;    /* the receiver's switch count: a RESUME older than the last one taken is stale */
+  uint64_t value;    /* messages fully placed by the receiver */
+  uint32_t delayUs;  /* how long the receiver held it after placing message value-1 (round-trip samples) */
+  uint32_t spare;    /* 0 */
 };
 
 /* Buffers of one comm that the base moves (registered on the paths' comms). */
@@ -206,6 +211,11 @@ struct rnetComm {
   void* ctrlReq[RNET_NCTRL];                      /* control requests in flight (ring) */
   uint64_t ctrlPosted, ctrlDone;                  /* ring counters */
   uint64_t ctrlSent;                              /* receiver: highest value sent */
+  uint64_t ackDelayNs;                            /* receiver: hold small messages' acknowledgement this long (0: never) */
+  uint64_t ackHeldNs;                             /* receiver: when the oldest unacknowledged placed message was placed */
+  uint64_t lastPlacedNs;                          /* receiver: when the newest one was placed */
+  uint64_t owedBytes;                             /* receiver: bytes placed and not yet acknowledged */
+  _Atomic uint64_t ackHeldSince;                  /* receiver: ackHeldNs while an acknowledgement is held, else 0 */
   int sendResume;                                 /* receiver: next control message is a RESUME */
   struct rnetMr* mrs;                             /* live registrations */
   int64_t lastProgressMs;                         /* sender: last acknowledgement (or start of waiting) */
@@ -248,6 +258,8 @@ struct rnetCtx {
 /* ---- rnet.c ---- */
 /* Every pending thing of one comm that can move now (called from isend, irecv and test). */
 ncclResult_t mendRnetProgress(struct rnetComm* rc);
+/* Receiver closing (its lock held): send a held acknowledgement, which a draining sender waits for. */
+void mendRnetAckClose(struct rnetComm* rc);
 void mendRnetCtxAdd(struct rnetCtx* ctx, struct rnetComm* rc);
 void mendRnetCtxRemove(struct rnetCtx* ctx, struct rnetComm* rc);
 /* Register the area and every user registration on path p's fresh comms (after a rebuild). */

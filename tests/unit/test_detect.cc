@@ -67,6 +67,16 @@ TEST(DetectRtt, RateTakesTheTransmitTimeOutOfTheLatency) {
   EXPECT_EQ(e.srttUs, 324);
 }
 
+TEST(DetectRtt, HeldAcknowledgementIsNotCountedAsRoundTrip) {
+  EXPECT_EQ(mendRttAckWaitUs(5000, 1000, 0), 4000) << "acknowledged at once";
+  EXPECT_EQ(mendRttAckWaitUs(5000, 1000, 900), 3100) << "held 900 us by the receiver";
+  EXPECT_EQ(mendRttAckWaitUs(5000, 1000, 4000), 0);
+  EXPECT_EQ(mendRttAckWaitUs(5000, 1000, 4001), -1) << "a hold longer than the wait is not believed";
+  EXPECT_EQ(mendRttAckWaitUs(5000, 1000, UINT32_MAX), -1);
+  EXPECT_EQ(mendRttAckWaitUs(5000, 0, 0), -1) << "no start";
+  EXPECT_EQ(mendRttAckWaitUs(500, 1000, 0), -1) << "clock before the start";
+}
+
 // ---------------------------------------------------------------- confirmation, fake clock
 
 mendConfirmCfg Cfg() {

@@ -32,8 +32,9 @@ const mendNet_t* S = &mendNetSocket;
 const int kMaxDevs = 4;
 int gDevs = 3;
 std::atomic<int> gDead[kMaxDevs];      // every call on the device fails
-std::atomic<int> gMute[kMaxDevs];      // 16-byte isends (control messages) are swallowed
-std::atomic<long> gSends[kMaxDevs];    // isends of more than 16 bytes per device
+const size_t kCtrlBytes = 24;          // sizeof(struct rnetCtrl): an isend of this size is a control message
+std::atomic<int> gMute[kMaxDevs];      // control messages are swallowed
+std::atomic<long> gSends[kMaxDevs];    // isends of data (any other size) per device
 
 struct WComm { int dev; void* inner; std::set<struct WReq*> reqs; };
 struct WReq { WComm* c; void* inner; int fake; size_t size; };
@@ -72,7 +73,7 @@ ncclResult_t wIsend(void* c, void* d, size_t s, int tag, void* mh, void** req) {
   WComm* w = (WComm*)c;
   *req = nullptr;
   if (gDead[w->dev]) return ncclSystemError;
-  if (s == 16 && gMute[w->dev]) {  // a control message that never arrives
+  if (s == kCtrlBytes && gMute[w->dev]) {  // a control message that never arrives
     WReq* q = new WReq{w, nullptr, 1, s};
     w->reqs.insert(q);
     *req = q;
@@ -81,7 +82,7 @@ ncclResult_t wIsend(void* c, void* d, size_t s, int tag, void* mh, void** req) {
   void* inner = nullptr;
   ncclResult_t r = S->isend(w->inner, d, s, tag, mh, &inner);
   if (r != ncclSuccess || !inner) return r;
-  if (s > 16) gSends[w->dev]++;
+  if (s != kCtrlBytes) gSends[w->dev]++;
   WReq* q = new WReq{w, inner, 0, s};
   w->reqs.insert(q);
   *req = q;
@@ -175,8 +176,8 @@ class RnetTest : public ::testing::Test {
     EXPECT_EQ(R->closeListen(lc), ncclSuccess);
   }
 
-  static size_t SizeOf(int i) {  // mixed sizes, never 16 (the control message size)
-    static const size_t k[] = {1, 100, 4096, 65536 + 3, 300000, 0, 24, 512 * 1024};
+  static size_t SizeOf(int i) {  // mixed sizes, never kCtrlBytes
+    static const size_t k[] = {1, 100, 4096, 65536 + 3, 300000, 0, 40, 512 * 1024};
     return k[i % 8];
   }
   static char Byte(int msg, size_t i) { return (char)((msg * 131 + i * 7 + (i >> 9)) & 0xff); }
