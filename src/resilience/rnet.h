@@ -26,6 +26,9 @@ extern const mendNet_t mendNetResilient;
 
 /* The Net under the resilient one for init()/devices()/getProperties() (default: the socket Net). */
 void mendRnetSetBase(const mendNet_t* base);
+/* Tests without a resilience service: let receivers hold acknowledgements anyway (MEND_ACK_DELAY_US);
+ * only their own calls send them then.  Read when a connection is made. */
+void mendRnetHoldAcksForTest(int on);
 
 struct ncclComm;
 /* A context over an already initialised base (baseCtx stays the caller's).  With comm set (and its

@@ -107,6 +107,9 @@ ncclResult_t mendRnetListenOrdered(void* vctx, int dev, const int* order, int n,
   return ncclSuccess;
 }
 
+static _Atomic int holdAcksForTest;
+void mendRnetHoldAcksForTest(int on) { atomic_store(&holdAcksForTest, on != 0); }
+
 static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct rnetComm** out) {
   struct rnetComm* rc;
   MENDCHECK(MENDCALLOC(rc, 1));
@@ -122,7 +125,8 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   rc->lastKilled = -1;
   rc->crossPath = -1;
   /* Held acknowledgements need the service, which sends one its receiver stopped calling for. */
-  rc->ackDelayNs = ctx->resil && mendParamAckDelay() > 0 ? (uint64_t)mendParamAckDelay() * 1000 : 0;
+  int hold = ctx->resil || atomic_load(&holdAcksForTest);
+  rc->ackDelayNs = hold && mendParamAckDelay() > 0 ? (uint64_t)mendParamAckDelay() * 1000 : 0;
   pthread_mutex_init(&rc->lock, NULL);
   pthread_mutex_init(&rc->inboxLock, NULL);
   pthread_mutex_lock(&ctx->lock);

@@ -4,8 +4,8 @@
  * calling ncclGetUniqueId, ncclCommInitRankScalable with several roots, several inits in one group
  * from one thread and from several threads, non-blocking init/split/shrink/finalize, ncclCommSplit
  * (NOCOLOR, key order, inherited config), ncclCommShrink (default and abort, around a dead rank),
- * ncclCommRevoke, finalize, NCCL_HOSTID, held acknowledgements of a receiver that stopped calling.
- * Every communicator made is checked with a real AllReduce/AllGather.
+ * ncclCommRevoke, finalize, NCCL_HOSTID.  Every communicator made is checked with a real
+ * AllReduce/AllGather.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -351,33 +351,6 @@ static void scHostId(int rank, int n, const char* dir) {
   checkThenDestroy(comm);
 }
 
-/* Over sockets a receiver may hold the acknowledgement of small messages (MEND_ACK_DELAY_US): one
- * held past the delay goes out at the next look at the connection (the proxy's, at a posted receive,
- * or the resilience service's), not at the user's next call.  Rank 0's destroy waits until its last
- * sends are acknowledged; rank 1 makes no call for 2 s after its receives, so rank 0's destroy must
- * end long before (else it would wait for rank 1's close). */
-static void scHeldAcks(int rank, int n, const char* dir) {
-  ncclComm_t comm = initChecked(rank, n, dir);
-  int32_t v[3] = {0, 0, 0};
-  for (int k = 0; k < 3; k++) {
-    if (rank == 0) {
-      v[k] = 1000 + k;
-      CKOK(ncclSend(&v[k], 1, ncclInt32, 1, comm, NULL));
-    } else {
-      CKOK(ncclRecv(&v[k], 1, ncclInt32, 0, comm, NULL));
-      CK(v[k] == 1000 + k);
-    }
-  }
-  if (rank == 1) usleep(2000 * 1000);
-  double t0 = mtNow();
-  CKOK(ncclCommDestroy(comm));
-  double waited = mtNow() - t0;
-  if (rank == 0 && waited >= 1.0) {
-    fprintf(stderr, "rank 0: destroy took %.3f s: the held acknowledgements came only at the peer's close\n", waited);
-    exit(1);
-  }
-}
-
 static int child(char** argv) {
   struct mpChild c = mpChildStart(argv, 120);
   const char *sc = c.scenario, *dir = c.arg;
@@ -394,7 +367,6 @@ static int child(char** argv) {
   else if (strcmp(sc, "revoke") == 0) scRevoke(rank, n, dir);
   else if (strcmp(sc, "finalize") == 0) scFinalize(rank, n, dir);
   else if (strcmp(sc, "hostid") == 0) scHostId(rank, n, dir);
-  else if (strcmp(sc, "held_acks") == 0) scHeldAcks(rank, n, dir);
   else {
     fprintf(stderr, "unknown scenario %s\n", sc);
     return 2;
@@ -441,6 +413,5 @@ int main(int argc, char** argv) {
   run("lifecycle_finalize", "finalize", 2, NULL, 0);
   const char* const lo[] = {"NCCL_SOCKET_IFNAME=lo", NULL};
   run("lifecycle_hostid_2hosts_x_2ranks", "hostid", 4, lo, 0);
-  run("lifecycle_held_acks_sent_by_the_service", "held_acks", 2, net, 0);
   return mtExitCode();
 }

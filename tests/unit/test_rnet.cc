@@ -238,17 +238,32 @@ class RnetTest : public ::testing::Test {
       }
     }
     // Drain the sender: its last isends complete on acknowledgement, which the receiver sent when it
-    // placed the messages (no receiver call is needed any more).
+    // placed the messages, or, when it holds acknowledgements (RnetHoldTest), sends when it next
+    // looks: a receive posted and tested here gives it that look.
+    void* look = nullptr;
     while (res == ncclSuccess && sDone < sPosted && nowMs() - t0 < timeoutMs) {
       int s = sDone % kSlots, done = 0, size = -1;
       res = R->test(sreq[s], &done, &size);
       if (res == ncclSuccess && done) sDone++;
+      if (res == ncclSuccess && hold_ && sDone < sPosted) res = Look(&look, rbuf.data(), rmh);
     }
     if (res == ncclSuccess && sDone < sPosted) res = ncclInProgress;
     *received = rDone;
     EXPECT_EQ(R->deregMr(sc_, smh), ncclSuccess);
     EXPECT_EQ(R->deregMr(rc_, rmh), ncclSuccess);
     return res;
+  }
+
+  // A receiver call that places nothing: post one receive (once) and test it.
+  ncclResult_t Look(void** req, void* buf, void* mh) {
+    int tag = 0, done = 0, size = 0;
+    size_t sz = 64;
+    if (!*req) {
+      ncclResult_t r = R->irecv(rc_, 1, &buf, &sz, &tag, &mh, req);
+      if (r != ncclSuccess || !*req) return r;
+      extra_.push_back(*req);
+    }
+    return R->test(*req, &done, &size);
   }
 
   // Stream (above) that must deliver all n messages.
@@ -268,7 +283,66 @@ class RnetTest : public ::testing::Test {
   void* sc_ = nullptr;
   void* rc_ = nullptr;
   std::vector<void*> extra_;
+  bool hold_ = false;          // receivers hold acknowledgements (RnetHoldTest)
   mendtest::EnvSnapshot env_;  // NCCL_SOCKET_IFNAME as it was before the test
+};
+
+// Receivers hold the acknowledgement of small messages (MEND_ACK_DELAY_US); without a resilience
+// service only the receiver's own calls send it, so what a call sends is exact here.
+class RnetHoldTest : public RnetTest {
+ protected:
+  void SetUp() override {
+    RnetTest::SetUp();
+    env_.SaveAndUnset("MEND_ACK_DELAY_US");
+    hold_ = true;
+    mendRnetHoldAcksForTest(1);
+  }
+  void TearDown() override {
+    mendRnetHoldAcksForTest(0);
+    RnetTest::TearDown();
+  }
+  void Delay(int us) {
+    setenv("MEND_ACK_DELAY_US", std::to_string(us).c_str(), 1);
+    mendParamResetCache();
+  }
+  // Register 8 slots of 64 KiB on each end.
+  void Buffers() {
+    sbuf_.assign(8 << 16, 5);
+    rbuf_.assign(8 << 16, 0);
+    ASSERT_EQ(R->regMr(sc_, sbuf_.data(), sbuf_.size(), MEND_PTR_HOST, &smh_), ncclSuccess);
+    ASSERT_EQ(R->regMr(rc_, rbuf_.data(), rbuf_.size(), MEND_PTR_HOST, &rmh_), ncclSuccess);
+  }
+  void* Send(int slot, size_t bytes) {
+    void* q = nullptr;
+    EXPECT_EQ(R->isend(sc_, sbuf_.data() + (slot << 16), bytes, 0, smh_, &q), ncclSuccess);
+    EXPECT_NE(q, nullptr);
+    return q;
+  }
+  void* Recv(int slot) {
+    void* d = rbuf_.data() + (slot << 16);
+    size_t sz = 1 << 16;
+    int tag = 0;
+    void* q = nullptr;
+    EXPECT_EQ(R->irecv(rc_, 1, &d, &sz, &tag, &rmh_, &q), ncclSuccess);
+    EXPECT_NE(q, nullptr);
+    return q;
+  }
+  // Test req until done (true) or for ms milliseconds (false); *done tells a caller that tests again.
+  bool Poll(void* req, double ms) {
+    double t0 = nowMs();
+    int done = 0, size = 0;
+    do {
+      EXPECT_EQ(R->test(req, &done, &size), ncclSuccess);
+      if (done) return true;
+    } while (nowMs() - t0 < ms);
+    return false;
+  }
+  void Unregister() {
+    R->deregMr(sc_, smh_);
+    R->deregMr(rc_, rmh_);
+  }
+  std::vector<char> sbuf_, rbuf_;
+  void *smh_ = nullptr, *rmh_ = nullptr;
 };
 
 TEST_F(RnetTest, HandshakeBuildsOnePathPerDevice) {
@@ -396,6 +470,68 @@ TEST_F(RnetTest, StalledAcksWithoutFenceHoldTheSender) {
   EXPECT_EQ(sdone, 1);
   R->deregMr(sc_, smh);
   R->deregMr(rc_, rmh);
+}
+
+TEST_F(RnetHoldTest, BatchOfFourGoesOutWhenTheReceiverWaits) {
+  Delay(10 * 1000 * 1000);  // never by time in this test
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Buffers());
+  void* sreq[4];
+  for (int k = 0; k < 3; k++) {
+    sreq[k] = Send(k, 8);
+    ASSERT_TRUE(Poll(Recv(k), 5000)) << "message " << k << " not received";
+  }
+  void* wait = Recv(3);
+  EXPECT_FALSE(Poll(wait, 20)) << "nothing was sent";
+  for (int k = 0; k < 3; k++) EXPECT_FALSE(Poll(sreq[k], 20)) << "three held messages are acknowledged";
+  sreq[3] = Send(3, 8);
+  ASSERT_TRUE(Poll(wait, 5000));  // the call that places the fourth holds it: the caller has data
+  void* next = Recv(4);
+  EXPECT_FALSE(Poll(next, 1));    // this call places nothing: the receiver waits, the batch goes out
+  for (int k = 0; k < 4; k++) EXPECT_TRUE(Poll(sreq[k], 5000)) << "message " << k << " never acknowledged";
+  extra_.push_back(next);
+  Unregister();
+}
+
+TEST_F(RnetHoldTest, HeldPastTheDelayGoesOutAtTheNextLook) {
+  Delay(100 * 1000);
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Buffers());
+  void* sreq = Send(0, 8);
+  ASSERT_TRUE(Poll(Recv(0), 5000));
+  double placed = nowMs();
+  EXPECT_FALSE(Poll(sreq, 20)) << "acknowledged without a receiver call";
+  void* next = Recv(1);
+  if (nowMs() - placed < 80) {
+    EXPECT_FALSE(Poll(next, 1));  // a look before the delay: still held
+    EXPECT_FALSE(Poll(sreq, 5)) << "sent before its delay";
+  }
+  usleep(120 * 1000);
+  EXPECT_FALSE(Poll(next, 1));  // a look after it: sent
+  EXPECT_TRUE(Poll(sreq, 5000)) << "the acknowledgement held past the delay was not sent";
+  extra_.push_back(next);
+  Unregister();
+}
+
+TEST_F(RnetHoldTest, LargeMessageIsAcknowledgedAtOnce) {
+  Delay(10 * 1000 * 1000);
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Buffers());
+  void* sreq = Send(0, 1 << 16);
+  ASSERT_TRUE(Poll(Recv(0), 5000));
+  EXPECT_TRUE(Poll(sreq, 5000)) << "a 64 KiB message's acknowledgement was held";
+  Unregister();
+}
+
+TEST_F(RnetHoldTest, ReplayDeliversExactlyOnceWithHeldAcks) {
+  Delay(50 * 1000);
+  Connect();
+  // Mixed sizes with held acknowledgements, a path fenced in the middle: the RESUME carries the
+  // placed count (never held), the sender replays from it, every message arrives once and intact.
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300, [&](int k) {
+    if (k == 101) mendRnetKillPath(sc_, 0);
+  }));
+  EXPECT_EQ(Stats(sc_).active, 1);
 }
 
 TEST_F(RnetTest, LastPathDeadFailsWithinBound) {
