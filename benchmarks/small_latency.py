@@ -48,6 +48,9 @@ def load1():
 def run_mend(tb, a, env):
     env = dict(env, LD_LIBRARY_PATH=os.path.join(a.build, "lib"))
     argv = [os.path.join(a.build, "bin", "all_reduce_perf")] + a.sizes.split() + a.iters.split() + ["-c", "0"]
+    if a.bind:
+        # Host h's ranks on CPU h (mod the CPUs): the two hosts' ranks never share one.
+        argv = ["sh", "-c", 'exec taskset -c $((MEND_TESTBED_HOST %% %d)) "$@"' % os.cpu_count(), "sh"] + argv
     res = tb.launch(argv, ranks_per_host=a.ranks_per_host, env=env, timeout=a.timeout)
     return parse_table(res.ranks[0].output or ""), res
 
@@ -73,6 +76,7 @@ def main():
     ap.add_argument("--config", action="append", help="LABEL=K=V,K=V (repeatable; default: %s)" % DEFAULT_CONFIGS)
     ap.add_argument("--no-mpi", action="store_true")
     ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--bind", action="store_true", help="pin host h's Mend ranks to CPU h (Open MPI binds its own)")
     ap.add_argument("--timeout", type=float, default=300.0, help="per run, seconds")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)

@@ -29,8 +29,8 @@
 #define RNET_MR_MAGIC 0x524e4d52u        /* "RNMR": a live registration */
 #define RNET_WINDOW MEND_NET_MAX_REQUESTS /* messages in flight per comm (and base requests per path) */
 #define RNET_NCTRL 8                     /* control messages in flight per comm */
-#define RNET_ACK_BATCH 4                 /* held acknowledgements: sent at this many when the receiver waits, */
-#define RNET_ACK_MAX 6                   /* ... at this many at once (the sender's FIFO has 8 slots) */
+#define RNET_ACK_BATCH 6                 /* held acknowledgements: sent at this many when the receiver waits, */
+#define RNET_ACK_MAX 7                   /* ... at this many at once (the sender's FIFO has 8 slots) */
 #define RNET_ACK_BYTES MEND_RTT_RATE_BYTES /* ... and less than this many bytes (larger: at once, rate samples) */
 #define RNET_BASE_HANDLE_BYTES (MEND_NET_HANDLE_MAXSIZE - 16) /* room for the base listen handle */
 

@@ -472,24 +472,44 @@ TEST_F(RnetTest, StalledAcksWithoutFenceHoldTheSender) {
   R->deregMr(rc_, rmh);
 }
 
-TEST_F(RnetHoldTest, BatchOfFourGoesOutWhenTheReceiverWaits) {
+TEST_F(RnetHoldTest, BatchOfSixGoesOutWhenTheReceiverWaits) {
   Delay(10 * 1000 * 1000);  // never by time in this test
   Connect();
   ASSERT_NO_FATAL_FAILURE(Buffers());
-  void* sreq[4];
-  for (int k = 0; k < 3; k++) {
+  void* sreq[6];
+  for (int k = 0; k < 5; k++) {
     sreq[k] = Send(k, 8);
     ASSERT_TRUE(Poll(Recv(k), 5000)) << "message " << k << " not received";
   }
-  void* wait = Recv(3);
+  void* wait = Recv(5);
   EXPECT_FALSE(Poll(wait, 20)) << "nothing was sent";
-  for (int k = 0; k < 3; k++) EXPECT_FALSE(Poll(sreq[k], 20)) << "three held messages are acknowledged";
-  sreq[3] = Send(3, 8);
-  ASSERT_TRUE(Poll(wait, 5000));  // the call that places the fourth holds it: the caller has data
-  void* next = Recv(4);
+  for (int k = 0; k < 5; k++) EXPECT_FALSE(Poll(sreq[k], 20)) << "five held messages are acknowledged";
+  sreq[5] = Send(5, 8);
+  ASSERT_TRUE(Poll(wait, 5000));  // the call that places the sixth holds it: the caller has data
+  EXPECT_FALSE(Poll(sreq[5], 20)) << "sent while the caller had data to act on";
+  void* next = Recv(6);
   EXPECT_FALSE(Poll(next, 1));    // this call places nothing: the receiver waits, the batch goes out
-  for (int k = 0; k < 4; k++) EXPECT_TRUE(Poll(sreq[k], 5000)) << "message " << k << " never acknowledged";
+  for (int k = 0; k < 6; k++) EXPECT_TRUE(Poll(sreq[k], 5000)) << "message " << k << " never acknowledged";
   extra_.push_back(next);
+  Unregister();
+}
+
+TEST_F(RnetHoldTest, SeventhGoesOutAtOnce) {
+  Delay(10 * 1000 * 1000);
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Buffers());
+  // Seven sent before the receiver looks: the call that places them acknowledges at once (the
+  // sender's FIFO of 8 slots must not wait for the receiver's next call).
+  void* sreq[7];
+  void* rreq[7];
+  for (int k = 0; k < 7; k++) rreq[k] = Recv(k);
+  for (int k = 0; k < 7; k++) sreq[k] = Send(k, 8);
+  usleep(200 * 1000);  // all seven wait in the receiver's socket: its next call places them at once
+  int done = 0, size = 0;
+  ASSERT_EQ(R->test(rreq[6], &done, &size), ncclSuccess);
+  ASSERT_EQ(done, 1) << "the seven messages did not arrive in 200 ms";
+  for (int k = 0; k < 7; k++) EXPECT_TRUE(Poll(sreq[k], 5000)) << "message " << k << " never acknowledged";
+  for (int k = 0; k < 6; k++) EXPECT_TRUE(Poll(rreq[k], 1));
   Unregister();
 }
 
