@@ -202,9 +202,9 @@ static int needsService(struct rnetComm* rc, uint64_t now) {
          atomic_load(&rc->probeState) == MEND_RNET_PROBE_DONE || atomic_load(&rc->rebuilding) > 0;
 }
 
-/* Progress connections that have notices, probe results, rebuilds or held acknowledgements but no
- * traffic to carry them (the proxy calls a connection only while it has requests).  A connection the proxy is in right now
- * is skipped: the proxy applies the same things itself. */
+/* Progress connections that have notices, probe results, rebuilds or acknowledgements held too long
+ * but no traffic to carry them (the proxy calls a connection only while it has requests).  A
+ * connection the proxy is in right now is skipped: the proxy applies the same things itself. */
 static int housekeep(struct mendResil* r) {
   if (!r->ctx) return 0;
   struct rnetComm* todo[HK_MAX];
