@@ -447,8 +447,10 @@ ncclResult_t mendRnetProgress(struct rnetComm* rc) {
 static ncclResult_t postMessage(struct rnetComm* rc, void* data, size_t size, struct rnetMr* mr, void** request) {
   *request = NULL;
   pthread_mutex_lock(&rc->lock);
-  ncclResult_t res = mendRnetProgress(rc);
   struct rnetReq* r = rc->reqs + rc->nPosted % RNET_WINDOW;
+  /* Move things first only when the window has no room (each pass tests the base's requests). */
+  int room = rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base;
+  ncclResult_t res = room ? rc->error : mendRnetProgress(rc);
   if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
     *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mr,
                            .postUs = (int64_t)(mendTimeNs() / 1000) };
