@@ -79,7 +79,9 @@ void mendResilProbeRequest(struct mendResil* r, struct rnetComm* rc, uint32_t ma
   pthread_mutex_lock(&r->lock);
   for (int p = 0; p < rc->nPaths; p++) {
     if (!((mask >> p) & 1)) continue;
-    const union mendSocketAddr* dst = mendResilPeerProbe(r, rc->peerRank, rc->paths[p].remoteDev);
+    int rank, dev;
+    mendRnetProbeTarget(rc->paths + p, rc->peerRank, &rank, &dev);
+    const union mendSocketAddr* dst = mendResilPeerProbe(r, rank, dev);
     int ld = rc->paths[p].localDev;
     if (!dst || ld < 0 || ld >= r->nDevs || !r->devs[ld].hasAddr) continue;  /* cannot tell: counts as alive */
     struct resilProbe pr = { .purpose = RESIL_PROBE_PROGRESS, .localDev = ld, .dst = *dst, .rc = rc, .path = p };
@@ -93,16 +95,29 @@ void mendResilProbeRequest(struct mendResil* r, struct rnetComm* rc, uint32_t ma
 
 int mendResilCanProbe(struct mendResil* r, const struct rnetComm* rc, int p) {
   if (!r || p < 0 || p >= rc->nPaths) return 0;
-  int ld = rc->paths[p].localDev;
-  return mendResilPeerProbe(r, rc->peerRank, rc->paths[p].remoteDev) && ld >= 0 && ld < r->nDevs &&
-         r->devs[ld].hasAddr;
+  int ld = rc->paths[p].localDev, rank, dev;
+  mendRnetProbeTarget(rc->paths + p, rc->peerRank, &rank, &dev);
+  return mendResilPeerProbe(r, rank, dev) && ld >= 0 && ld < r->nDevs && r->devs[ld].hasAddr;
+}
+
+int mendResilCrossProbe(struct mendResil* r, struct rnetComm* rc, int localDev, int peerDev) {
+  const union mendSocketAddr* dst = mendResilPeerProbe(r, rc->peerRank, peerDev);
+  if (!dst || localDev < 0 || localDev >= r->nDevs || !r->devs[localDev].hasAddr) return 0;
+  struct resilProbe pr = { .purpose = RESIL_PROBE_CROSS, .localDev = localDev, .dst = *dst, .rc = rc };
+  pthread_mutex_lock(&r->lock);
+  int listed = mendResilProbeAdd(r, &pr);
+  pthread_mutex_unlock(&r->lock);
+  mendResilWake(r);
+  return listed;
 }
 
 static int64_t nowUs(void) { return (int64_t)(mendTimeNs() / 1000); }
 
 /* One probe of a confirmation (lock held); 0 when it could not be listed. */
 static int confirmAdd(struct mendResil* r, struct rnetComm* rc, int path, int which) {
-  const union mendSocketAddr* dst = mendResilPeerProbe(r, rc->peerRank, rc->paths[path].remoteDev);
+  int rank, dev;
+  mendRnetProbeTarget(rc->paths + path, rc->peerRank, &rank, &dev);
+  const union mendSocketAddr* dst = mendResilPeerProbe(r, rank, dev);
   if (!dst) return 0;
   struct resilProbe pr = { .purpose = RESIL_PROBE_CONFIRM, .localDev = rc->paths[path].localDev, .dst = *dst,
                            .rc = rc, .path = path, .which = which };
@@ -126,7 +141,7 @@ void mendResilForget(struct mendResil* r, struct rnetComm* rc) {
   pthread_mutex_lock(&r->lock);
   for (struct resilProbe** pp = &r->probes; *pp;) {
     struct resilProbe* p = *pp;
-    if ((p->purpose == RESIL_PROBE_PROGRESS || p->purpose == RESIL_PROBE_CONFIRM) && p->rc == rc) {
+    if (mendResilProbeHolds(p, rc)) {
       *pp = p->next;
       if (p->fd >= 0) close(p->fd);
       free(p);
@@ -206,10 +221,18 @@ static void trackDone(struct mendResil* r, struct resilProbe* p, int ok, int64_t
   else if (!t->okSinceMs) t->okSinceMs = now;
 }
 
+/* A crossing pair's probe finished: its connection builds the crossing path or tries a relay. */
+static void crossDone(struct mendResil* r, struct resilProbe* p, int ok) {
+  struct rnetNotice n = { .magic = RNET_MAGIC, .type = RNET_NOTE_CROSS_PROBED, .connId = p->rc->connId, .cause = ok,
+                          .fromRank = r->rank };
+  mendRnetPost(p->rc, &n);
+}
+
 static void finish(struct mendResil* r, struct resilProbe* p, int ok, int64_t now) {
   switch (p->purpose) {
     case RESIL_PROBE_PROGRESS: progressDone(r, p, ok); break;
     case RESIL_PROBE_TRACK: trackDone(r, p, ok, now); break;
+    case RESIL_PROBE_CROSS: crossDone(r, p, ok); break;
     default: mendResilLocProbeDone(r, p->loc, p->which, ok); break;
   }
 }
@@ -286,7 +309,7 @@ void mendResilProbeStep(struct mendResil* r) {
       continue;
     }
     *pp = p->next;  /* unlink first: progressDone looks for siblings still listed */
-    finishedProgress |= p->purpose == RESIL_PROBE_PROGRESS;
+    finishedProgress |= p->purpose == RESIL_PROBE_PROGRESS || p->purpose == RESIL_PROBE_CROSS;
     finish(r, p, ok, now);
     if (p->fd >= 0) close(p->fd);
     free(p);
@@ -317,7 +340,8 @@ static void scanConns(struct mendResil* r, int64_t now, int64_t delay) {
     if (!rc->isSend || atomic_load(&rc->stage) != RNET_STAGE_READY || rc->error != ncclSuccess) continue;
     for (int p = 0; p < rc->nPaths; p++) {
       struct rnetPath* path = rc->paths + p;
-      if (atomic_load(&path->state) != RNET_PATH_DEAD || path->localDev >= r->nDevs) continue;
+      /* A relay path is made again only when needed (rnet_cross.c): no fail-back watch. */
+      if (atomic_load(&path->state) != RNET_PATH_DEAD || path->localDev >= r->nDevs || path->relayed) continue;
       int i = trackFind(r, path->localDev, rc->peerRank, path->remoteDev, now);
       if (i < 0) continue;
       struct resilTrack* t = r->tracks + i;

@@ -28,6 +28,8 @@
 
 int mendResilRank(const struct mendResil* r) { return r ? r->rank : -1; }
 
+int mendResilRanks(const struct mendResil* r) { return r ? r->nRanks : 0; }
+
 int mendResilLinkUp(struct mendResil* r, int dev) {
   if (!r || dev < 0 || dev >= r->nDevs) return -1;
   return atomic_load(&r->devs[dev].linkUp);
@@ -70,6 +72,66 @@ void mendResilQueue(struct mendResil* r, int peer, const struct resilMsg* m) {
 void mendResilSendNotice(struct mendResil* r, int peer, const struct rnetNotice* n) {
   struct resilMsg m = { .magic = RESIL_MSG_MAGIC, .type = RESIL_MSG_NOTICE, .u.notice = *n };
   mendResilQueue(r, peer, &m);
+}
+
+void mendResilSendRelay(struct mendResil* r, int bridge, const struct mendRelayMsg* rm) {
+  struct resilMsg m = { .magic = RESIL_MSG_MAGIC, .type = RESIL_MSG_RELAY, .u.relay = *rm };
+  mendResilQueue(r, bridge, &m);
+}
+
+/* The bridge's notices to the two ends: directly when the end lives in this process. */
+static void relayNotify(void* ctx, int rank, const struct rnetNotice* n) {
+  if (!mendRnetDeliver(NULL, n)) mendResilSendNotice(ctx, rank, n);
+}
+
+/* A relay request for us as the bridge: the engine is made on the first one. */
+static void relayMsg(struct mendResil* r, int from, const struct mendRelayMsg* m) {
+  if (!r->relay && r->ctx) {
+    struct mendRelayOps ops = { .notify = relayNotify, .ctx = r };
+    if (mendRelayCreate(r->base, r->ctx->baseCtx, r->rank, r->nRanks, r->nDevs, &ops, &r->relay) != ncclSuccess)
+      r->relay = NULL;
+  }
+  if (r->relay) {
+    mendRelayPost(r->relay, from, m);
+    return;
+  }
+  WARN_SPARSE(1000, "NET/Relay: rank %d cannot relay for rank %d: no resilient net here", r->rank, from);
+  if (m->kind == MEND_RELAY_OPEN && m->path < MEND_RNET_MAX_SLOTS) {
+    struct rnetNotice n = { .magic = RNET_MAGIC, .type = RNET_NOTE_REBUILD_FAIL, .path = m->path, .connId = m->srcConn,
+                            .fromRank = r->rank, .remote = 1 };
+    mendResilSendNotice(r, from, &n);
+  }
+}
+
+/* Is rank y a bridge for a relay path between us and `peer` over our device a and its device b? */
+static int bridgeFits(struct mendResil* r, int y, int peer, int a, int b) {
+  return y != r->rank && y != peer && r->peerHost[y] != r->peerHost[r->rank] && r->peerHost[y] != r->peerHost[peer] &&
+         a < r->peerNDevs[y] && b < r->peerNDevs[y] && mendResilDevUsable(r, y, a) && mendResilDevUsable(r, y, b) &&
+         mendResilPeerProbe(r, y, a) && mendResilPeerProbe(r, y, b);
+}
+
+int mendResilRelayPick(struct mendResil* r, int peer, uint64_t salt, int* myDev, int* peerDev) {
+  if (!r || peer < 0 || peer >= r->nRanks) return -1;
+  /* Rails that differ first: a bridge is needed because the two ends share no working rail. */
+  for (int same = 0; same < 2; same++) {
+    for (int a = 0; a < r->nDevs; a++) {
+      if (!mendResilDevUsable(r, r->rank, a)) continue;
+      for (int b = 0; b < r->peerNDevs[peer] && b < RESIL_MAX_DEVS; b++) {
+        if ((a == b) != same || !mendResilDevUsable(r, peer, b)) continue;
+        int n = 0;
+        for (int y = 0; y < r->nRanks; y++) n += bridgeFits(r, y, peer, a, b);
+        if (n == 0) continue;
+        int k = (int)(salt % (uint64_t)n);
+        for (int y = 0; y < r->nRanks; y++) {
+          if (!bridgeFits(r, y, peer, a, b) || k-- > 0) continue;
+          *myDev = a;
+          *peerDev = b;
+          return y;
+        }
+      }
+    }
+  }
+  return -1;
 }
 
 /* The agreement's way out: the out queue (agree.h). */
@@ -274,9 +336,10 @@ static void* serviceMain(void* arg) {
   return NULL;
 }
 
-static void oobApply(struct mendResil* r, int from, const struct resilMsg* m) {
+static void oobApply(struct mendResil* r, int from, struct resilMsg* m) {
   switch (m->type) {
     case RESIL_MSG_NOTICE: {
+      m->u.notice.fromRank = from;  /* the bootstrap says who sent it; a notice cannot claim another rank */
       if (!r->ctx || !mendRnetDeliver(r->ctx, &m->u.notice))
         INFO(MEND_RESIL, "NET/Resilient: rank %d: notice %u from rank %d for an unknown connection %llx (closed?)",
              r->rank, m->u.notice.type, from, (unsigned long long)m->u.notice.connId);
@@ -301,6 +364,7 @@ static void oobApply(struct mendResil* r, int from, const struct resilMsg* m) {
       }
       break;
     case RESIL_MSG_AGREE: mendAgreeOnMsg(r->agree, from, &m->u.agree, mendTimeMs()); break;
+    case RESIL_MSG_RELAY: relayMsg(r, from, &m->u.relay); break;
     default:
       WARN_SPARSE(1000, "NET/Resilient: rank %d: unknown out-of-band message %u from rank %d", r->rank, m->type, from);
   }
@@ -443,6 +507,8 @@ void mendResilStop(struct mendResil* r) {
   if (r->svcRunning) pthread_join(r->svc, NULL);
   if (r->oobRunning) pthread_join(r->oob, NULL);
   r->svcRunning = r->oobRunning = 0;
+  mendRelayFree(r->relay);  /* after the OOB thread: no request comes any more */
+  r->relay = NULL;
 }
 
 void mendResilFree(struct mendResil* r) {

@@ -68,7 +68,17 @@ uint32_t mendResilUsableMask(struct mendResil* r, int rank);
 /* A NIC works again (a path over it was rebuilt): mark it up in the registry and tell every rank,
  * unless the registry says so already. */
 void mendResilNicUp(struct mendResil* r, int rank, int dev);
-/* The rank this service belongs to (-1 without a communicator). */
+/* The rank this service belongs to (-1 without a communicator), and the communicator's rank count. */
 int mendResilRank(const struct mendResil* r);
+int mendResilRanks(const struct mendResil* r);
+/* Probe the crossing pair (our localDev to peer's peerDev) of rc, whose chain has no path left: the
+ * answer comes back as a CROSS_PROBED notice.  0 when the pair cannot be probed (no address). */
+int mendResilCrossProbe(struct mendResil* r, struct rnetComm* rc, int localDev, int peerDev);
+/* A bridge for a relay path to rank peer: a rank on a third host whose NICs work on one of our rails
+ * (*myDev) and one of peer's (*peerDev), spread over the candidates by salt; -1 when there is none. */
+int mendResilRelayPick(struct mendResil* r, int peer, uint64_t salt, int* myDev, int* peerDev);
+/* Send a relay request (relay.h) to the bridge rank over the bootstrap. */
+struct mendRelayMsg;
+void mendResilSendRelay(struct mendResil* r, int bridge, const struct mendRelayMsg* m);
 
 #endif

@@ -12,6 +12,7 @@
 #include "misc/socket.h"
 #include "resilience/agree.h"
 #include "resilience/health.h"
+#include "resilience/relay.h"
 #include "resilience/resil.h"
 #include "resilience/rnet.h"
 #include "resilience/rnet_priv.h"
@@ -27,7 +28,8 @@ enum resilMsgType {
   RESIL_MSG_LOC_REQ,      /* please probe these NICs and answer (three-point localization) */
   RESIL_MSG_LOC_RESP,     /* the answer */
   RESIL_MSG_HEALTH,       /* a NIC's new state, for every rank's registry */
-  RESIL_MSG_AGREE         /* plan-view agreement (agree.h) */
+  RESIL_MSG_AGREE,        /* plan-view agreement (agree.h) */
+  RESIL_MSG_RELAY         /* a relay request to a bridge (relay.h) */
 };
 
 struct resilLoc {
@@ -47,6 +49,7 @@ struct resilMsg {
     struct resilLoc loc;          /* RESIL_MSG_LOC_* */
     struct mendHealthUpdate health; /* RESIL_MSG_HEALTH */
     struct mendAgreeMsg agree;    /* RESIL_MSG_AGREE */
+    struct mendRelayMsg relay;    /* RESIL_MSG_RELAY */
   } u;
 };
 
@@ -84,7 +87,8 @@ enum resilProbePurpose {
   RESIL_PROBE_PROGRESS = 0,       /* a sender's progress timeout: rc, path */
   RESIL_PROBE_TRACK,              /* watching a dead path's NIC pair for fail-back: track */
   RESIL_PROBE_LOC,                /* localization: loc slot and target index */
-  RESIL_PROBE_CONFIRM             /* a suspicion's confirmation: rc, path, which (0 suspect, 1 reference) */
+  RESIL_PROBE_CONFIRM,            /* a suspicion's confirmation: rc, path, which (0 suspect, 1 reference) */
+  RESIL_PROBE_CROSS               /* a crossing pair, before a crossing path is built: rc */
 };
 
 /* One probe: a non-blocking TCP connect from a local NIC to a peer's probe listener. */
@@ -102,6 +106,12 @@ struct resilProbe {
   int done;                       /* CONFIRM: finished (kept listed until its connection's verdict) */
   struct resilProbe* next;
 };
+
+/* Does probe p hold connection rc (dropped when rc closes)? */
+static inline int mendResilProbeHolds(const struct resilProbe* p, const struct rnetComm* rc) {
+  return p->rc == rc && (p->purpose == RESIL_PROBE_PROGRESS || p->purpose == RESIL_PROBE_CONFIRM ||
+                         p->purpose == RESIL_PROBE_CROSS);
+}
 
 /* A NIC pair watched because a connection's path over it is dead (fail-back). */
 struct resilTrack {
@@ -160,6 +170,7 @@ struct mendResil {
   int64_t lastLocMs[RESIL_MAX_DEVS]; /* last localization started per local device (one per fault) */
   struct mendHealth health;       /* the registry */
   struct mendAgree* agree;        /* plan-view agreement over the registry (NULL in unit tests) */
+  struct mendRelay* relay;        /* the bridge's engine, made on the first relay request (OOB thread) */
   _Atomic int acksHeld;           /* receiving connections holding an acknowledgement (mendResilAckHeld) */
   _Atomic int napping;            /* the service sleeps its idle tick: a first held acknowledgement wakes it */
 };

@@ -50,3 +50,17 @@ int mendRnetNoticeParse(const void* buf, size_t len, struct rnetNotice* out) {
   out->remote = 1;
   return 1;
 }
+
+int mendRelayMsgCheck(const struct mendRelayMsg* m, int from, int self, int nRanks, int nDevs, const char** why) {
+  *why = NULL;
+  if (m->magic != RNET_MAGIC) *why = "bad magic";
+  else if (m->kind != MEND_RELAY_OPEN && m->kind != MEND_RELAY_ACCEPT) *why = "unknown kind";
+  else if (m->path >= MEND_RNET_MAX_SLOTS) *why = "path out of range";
+  else if (m->srcRank < 0 || m->srcRank >= nRanks || m->dstRank < 0 || m->dstRank >= nRanks) *why = "rank out of range";
+  else if (m->srcRank == m->dstRank || m->srcRank == self || m->dstRank == self) *why = "the bridge must be a third rank";
+  else if (from != (m->kind == MEND_RELAY_OPEN ? m->srcRank : m->dstRank)) *why = "not sent by that end";
+  else if (m->srcDev < 0 || m->srcDev >= nDevs || m->dstDev < 0 || m->dstDev >= nDevs) *why = "no such device here";
+  else if (m->kind == MEND_RELAY_ACCEPT && (m->maxBytes == 0 || m->maxBytes > MEND_RELAY_MAX_BYTES))
+    *why = "message size out of range";
+  return *why == NULL;
+}

@@ -15,6 +15,7 @@
  * for the types checked here the fields of its type in range; other types are their handler's to
  * check); *out is a copy whose strings are terminated.  0 otherwise, WARNed (rate-limited). */
 int mendResilMsgParse(const void* buf, size_t len, int rank, int from, struct resilMsg* out);
+/* A relay request (relay.h): mendRelayMsgCheck, defined with the checks here. */
 /* A notice from the other end of a connection: 1 when it is one (magic, a type an end may send);
  * *out is a copy marked remote (a peer cannot pass its notice for a local detector's). */
 int mendRnetNoticeParse(const void* buf, size_t len, struct rnetNotice* out);

@@ -452,6 +452,7 @@ static ncclResult_t postMessage(struct rnetComm* rc, void* data, size_t size, st
   int room = rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base;
   ncclResult_t res = room ? rc->error : mendRnetProgress(rc);
   if (res == ncclSuccess && rc->nPosted - rc->nDone < RNET_WINDOW && !r->used && !r->base) {
+    if (!rc->isSend && size > rc->maxRecvBytes) rc->maxRecvBytes = size > UINT32_MAX ? UINT32_MAX : (uint32_t)size;
     *r = (struct rnetReq){ .comm = rc, .used = 1, .seq = rc->nPosted, .data = data, .size = size, .mr = mr,
                            .postUs = (int64_t)(mendTimeNs() / 1000) };
     rc->nPosted++;
@@ -520,6 +521,7 @@ ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st) {
   st->failbacks = rc->failbacks;
   st->rebuilds = rc->rebuilds;
   st->cross = rc->crossPath;
+  st->relay = rc->crossPath >= 0 && rc->paths[rc->crossPath].relayed ? rc->paths[rc->crossPath].relayRank : -1;
   for (int p = 0; p < rc->nPaths; p++) {
     st->dead += !mendRnetPathLive(rc, p);
     st->msgs[p] = rc->paths[p].msgs;

@@ -58,7 +58,8 @@ struct mendRnetStats {
   uint64_t failovers;                      /* paths failed under this connection */
   uint64_t failbacks;                      /* planned returns to a rebuilt preferred path */
   uint64_t rebuilds;                       /* dead paths made backups again */
-  int cross;                               /* the crossing path (rails all lost, rnet_cross.c); -1: none */
+  int cross;                               /* the last-resort slot: crossing or relay path (rnet_cross.c); -1: none */
+  int relay;                               /* the bridge rank when that slot is a relay path; -1: not one */
   uint64_t msgs[MEND_RNET_MAX_SLOTS];      /* messages carried per path */
   int localDev[MEND_RNET_MAX_SLOTS];       /* local device of each path */
   int remoteDev[MEND_RNET_MAX_SLOTS];      /* the peer's device of each path */
@@ -67,6 +68,12 @@ ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st);
 /* Ask a sending connection to rebuild its dead path p now, as its resilience service does once the
  * path's NICs probe healthy for MEND_FAILBACK_DELAY (any thread; applied by the next progress call). */
 ncclResult_t mendRnetRebuildPath(void* sendComm, int p);
+/* Tests without a resilience service: a bridge in this process (relay.h) that sending connections
+ * with no path left relay through, as rank `rank`; NULL stops it. */
+struct mendRelay;
+void mendRnetSetTestRelay(struct mendRelay* rl, int rank);
+/* Tests: the rank a context's connections carry in their hellos (notices name it). */
+ncclResult_t mendRnetSetRankForTest(void* ctx, int rank);
 /* Declare path p of a connection failed, as if its NIC had died (any thread; applied by the next
  * progress call of the owner). */
 ncclResult_t mendRnetKillPath(void* netComm, int p);

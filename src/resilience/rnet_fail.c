@@ -98,7 +98,7 @@ ncclResult_t mendRnetFailPath(struct rnetComm* rc, int p, int why, const char* d
                 detail ? ": " : "", detail ? detail : "");
     mendRnetEvent("detect", rc, p, mendRnetKillName(why), NULL);
     rc->failovers++;
-    if (rc->ctx->resil && (why == MEND_RNET_KILL_PROBE || why == MEND_RNET_KILL_ERROR))
+    if (rc->ctx->resil && !path->relayed && (why == MEND_RNET_KILL_PROBE || why == MEND_RNET_KILL_ERROR))
       mendResilLocalize(rc->ctx->resil, path->localDev, rc->peerRank, path->remoteDev, why);
   }
   abandon(rc, p);
@@ -150,9 +150,10 @@ ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtr
   if (old >= 0 && old != p) {
     /* The receiver fenced `old` before it chose p: fence our end too (a no-op when it is dead). */
     MENDCHECK(mendRnetFailPath(rc, old, MEND_RNET_KILL_SWITCH, NULL));
-    if (failback) {
-      rc->failbacks++;
-      /* `old` is healthy: rebuild it as a backup at once. */
+    if (failback) rc->failbacks++;
+    if (failback && !rc->paths[old].relayed) {
+      /* `old` is healthy: rebuild it as a backup at once (not a relay path: it holds a bridge's
+       * buffers, and is made again if ever needed). */
       struct rnetNotice n = { .magic = RNET_MAGIC, .type = RNET_NOTE_REBUILD_START, .path = (uint16_t)old,
                               .connId = rc->connId, .fromRank = rc->ctx->rank };
       mendRnetPost(rc, &n);
@@ -164,6 +165,8 @@ ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtr
   rc->epoch = m->epoch;
   rc->waitResume = 0;
   rc->lastKilled = -1;
+  rc->lastTries = 0;     /* a new episode may try everything again */
+  rc->crossFailed = 0;
   rc->nDone = m->value;
   rc->nIssued = rc->nBaseDone = rc->nDone;
   rc->lastProgressMs = mendTimeMs();
@@ -178,8 +181,13 @@ ncclResult_t mendRnetTakeResume(struct rnetComm* rc, int p, const struct rnetCtr
 ncclResult_t mendRnetApplyNotices(struct rnetComm* rc) {
   struct rnetNotice n;
   while (atomic_load_explicit(&rc->inboxCount, memory_order_acquire) > 0 && mendRnetTakeNotice(rc, &n)) {
-    if (n.path == rc->nPaths && !rc->isSend && (n.type == RNET_NOTE_REBUILD || n.type == RNET_NOTE_REBUILD_FAIL)) {
-      MENDCHECK(mendRnetCrossNotice(rc, &n));  /* the sender's crossing path, or its word that it has none */
+    if (!rc->isSend && (n.path == rc->nPaths || n.path == rc->crossPath) &&
+        (n.type == RNET_NOTE_REBUILD || n.type == RNET_NOTE_REBUILD_FAIL)) {
+      MENDCHECK(mendRnetCrossNotice(rc, &n));  /* a crossing or relay path, or the sender's word that it has none */
+      continue;
+    }
+    if (n.type == RNET_NOTE_CROSS_PROBED) {
+      mendRnetCrossProbed(rc, n.cause);
       continue;
     }
     if (n.path >= rc->nPaths) {

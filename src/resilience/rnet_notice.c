@@ -100,6 +100,17 @@ int mendRnetDeliver(struct rnetCtx* ctx, const struct rnetNotice* wire) {
 }
 
 void mendRnetNotify(struct rnetComm* rc, int type, int p, int cause, const void* handle) {
+  /* A relay path's handles go through its bridge, which connects both ends (relay.h). */
+  if (p >= 0 && p < rc->nPaths && rc->paths[p].relayed) {
+    if (type == RNET_NOTE_REBUILD && rc->isSend) {
+      mendRnetRelayOpen(rc, p, handle);
+      return;
+    }
+    if (type == RNET_NOTE_REBUILD_ACK && !rc->isSend) {
+      mendRnetRelayAccept(rc, p, handle);
+      return;
+    }
+  }
   struct rnetNotice n = { .magic = RNET_MAGIC, .type = (uint16_t)type, .path = (uint16_t)p, .connId = rc->peerConnId,
                           .cause = cause, .fromRank = rc->ctx->rank, .remote = 1 };
   if (handle) memcpy(n.handle, handle, sizeof(n.handle));

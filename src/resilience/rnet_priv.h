@@ -106,7 +106,8 @@ enum rnetNoticeType {
   RNET_NOTE_REBUILD_ACK,      /* receiver -> sender: handle = receiver's data listen */
   RNET_NOTE_REBUILT,          /* sender -> receiver: our side of `path` is connected and watching */
   RNET_NOTE_REBUILD_FAIL,     /* either way: the rebuild of `path` is abandoned */
-  RNET_NOTE_REBUILD_START     /* local only (service thread): `path` probed healthy long enough */
+  RNET_NOTE_REBUILD_START,    /* local only (service thread): `path` probed healthy long enough */
+  RNET_NOTE_CROSS_PROBED      /* local only (service thread): the crossing probe answered (cause 1) or not (0) */
 };
 
 struct rnetNotice {
@@ -147,7 +148,21 @@ struct rnetPath {
   int rbFailures;                         /* rebuilds that failed in a row (spaces out retries) */
   _Atomic int64_t rbNotBeforeMs;          /* next rebuild attempt not before this (failures space them) */
   _Atomic int rbPosted;                   /* the service asked for a rebuild; cleared when it ends */
+  int relayed;                            /* a relay path: a bridge rank forwards it (relay.h) */
+  int relayRank;                          /* ... that bridge (valid when relayed) */
 };
+
+/* Device d of the host that wrote hello h exists and has a listen handle. */
+static inline int mendRnetDevValid(const struct rnetHello* h, int d) {
+  return d >= 0 && d < h->nDevs && d < MEND_RNET_MAX_PATHS && ((h->validMask >> d) & 1);
+}
+
+/* Who answers a probe of path p: the peer on its device, or, for a relay path, the bridge on ours
+ * (the first hop: the bridge is on our rail, the peer is not). */
+static inline void mendRnetProbeTarget(const struct rnetPath* path, int peerRank, int* rank, int* dev) {
+  *rank = path->relayed ? path->relayRank : peerRank;
+  *dev = path->relayed ? path->localDev : path->remoteDev;
+}
 
 struct rnetMr {
   uint32_t magic;                         /* RNET_MR_MAGIC while registered */
@@ -196,9 +211,14 @@ struct rnetComm {
   int lastKilled;                                 /* sender: the path whose fence we await a RESUME for */
   uint16_t epoch;                                 /* receiver: switches made; sender: newest RESUME taken */
   ncclResult_t error;                             /* set when no path is left: every call fails */
-  int crossPath;                                  /* the crossing path (rnet_cross.c); -1: none yet */
-  int crossNone;                                  /* receiver: the sender said it has no crossing to try */
-  int64_t crossUntilMs;                           /* no path, a crossing being built: fail after this (0: none) */
+  int crossPath;                                  /* last-resort slot: crossing or relay path (rnet_cross.c); -1: none */
+  int crossNone;                                  /* receiver: the sender said it has nothing left to try */
+  int64_t crossUntilMs;                           /* no path, a last resort being built: fail after this (0: none) */
+  int crossProbing;                               /* sender: waiting for the crossing pair's probe */
+  int crossMine, crossTheirs;                     /* sender: ... the pair it probes */
+  int crossFailed;                                /* sender: a crossing failed since the last RESUME: relay instead */
+  int lastTries;                                  /* sender: last-resort attempts since the last RESUME */
+  uint32_t maxRecvBytes;                          /* receiver: largest receive posted (a bridge buffers that much) */
   struct rnetArea* area;                          /* hello and control buffers */
   void* hsReq[2];                                 /* handshake requests in flight: [0] our hello, [1] theirs */
   void* listens[MEND_RNET_MAX_PATHS];             /* sender: base listen per local device (ctrl comms) */
@@ -325,6 +345,27 @@ int mendRnetCrossCode(const struct rnetComm* rc, int p);
 void mendRnetCrossAbandoned(struct rnetComm* rc, int p);
 /* Fail the connection once a crossing that did not come up in time is overdue. */
 ncclResult_t mendRnetCrossCheck(struct rnetComm* rc);
+/* Sender: the crossing probe answered (ok 1) or not: build the crossing path, or try a relay. */
+void mendRnetCrossProbed(struct rnetComm* rc, int ok);
+/* Receiver: make the slot ready for a new attempt (a live or half-built path there ends first). */
+ncclResult_t mendRnetCrossReset(struct rnetComm* rc, int p);
+/* How long a receiver with no path left waits for the sender's next attempt. */
+int64_t mendRnetCrossWaitMs(void);
+/* Sender: a last resort was given up (no crossing, no relay): tell the receiver to stop waiting. */
+void mendRnetCrossGiveUp(struct rnetComm* rc);
+/* Use the last-resort slot for a path from our device `local` to the peer's `remote` (added after
+ * the chain, or the existing slot again: it is dead and idle); returns its index. */
+int mendRnetCrossSlot(struct rnetComm* rc, int local, int remote);
+
+/* ---- rnet_relay.c: a relay path through a bridge rank (relay.h) ---- */
+/* Sender: pick a bridge and start a relay path in the last-resort slot; 0 when none can carry it. */
+int mendRnetRelayStart(struct rnetComm* rc);
+/* Sender: the relay path's REBUILD goes to its bridge as OPEN (handle: our ctrl listen). */
+void mendRnetRelayOpen(struct rnetComm* rc, int p, const void* handle);
+/* Receiver: the REBUILD_ACK of a relay path goes to its bridge as ACCEPT (handle: our data listen). */
+void mendRnetRelayAccept(struct rnetComm* rc, int p, const void* handle);
+/* Receiver: a REBUILD from bridge n->fromRank for the last-resort slot: checked, then taken. */
+ncclResult_t mendRnetRelayNotice(struct rnetComm* rc, const struct rnetNotice* n);
 
 /* ---- rnet_rebuild.c: bringing a dead path back, fail-back ---- */
 /* Rebuild notices (REBUILD*, and the local START) for path p. */

@@ -1,9 +1,9 @@
 /*
  * Fuzz target: the out-of-band messages a rank's resilience service receives from other ranks
- * (resil.c oobMain: notices with their ACKs, localization requests and answers, health updates) and
- * the connection notices they carry (rnet_notice.c mendRnetDeliver).  What the service does with a
- * message that passed is played here: its strings printed as the service's log lines print them, a
- * health update applied to a registry.
+ * (resil.c oobMain: notices with their ACKs, localization requests and answers, health updates, relay
+ * requests to a bridge) and the connection notices they carry (rnet_notice.c mendRnetDeliver).  What
+ * the service does with a message that passed is played here: its strings printed as the service's
+ * log lines print them, a health update applied to a registry, a relay request's fields in range.
  *
  * Input: a flags byte, then messages (sizeof(struct resilMsg) bytes each) until the input ends.
  * Flag 1 gives every message the right magic (the checks behind it get fuzzed).
@@ -48,6 +48,21 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    m.u.health.epoch, m.u.health.rank, m.u.health.dev, mendNicStateName(m.u.health.state),
                    m.u.health.verdict, m.u.health.reporter);
         break;
+      case RESIL_MSG_RELAY: {
+        /* What a bridge (rank 0 here, the message from rank 1) takes: every field it uses in range. */
+        const char* why = NULL;
+        const struct mendRelayMsg* r = &m.u.relay;
+        if (!mendRelayMsgCheck(r, 1, 0, FUZZ_RANKS, FUZZ_DEVS, &why)) {
+          if (why == NULL) abort();
+          break;
+        }
+        if (r->srcRank < 1 || r->srcRank >= FUZZ_RANKS || r->dstRank < 1 || r->dstRank >= FUZZ_RANKS ||
+            r->srcRank == r->dstRank || r->srcDev < 0 || r->srcDev >= FUZZ_DEVS || r->dstDev < 0 ||
+            r->dstDev >= FUZZ_DEVS || r->path >= MEND_RNET_MAX_SLOTS ||
+            (r->kind == MEND_RELAY_ACCEPT && (r->maxBytes == 0 || r->maxBytes > MEND_RELAY_MAX_BYTES)))
+          abort();
+        break;
+      }
       default: break;
     }
   }
@@ -82,6 +97,11 @@ void fuzzSeeds(struct fuzzSeeds* s) {
   m.type = RESIL_MSG_HEALTH;
   m.u.health = (struct mendHealthUpdate){.rank = 1, .dev = 1, .state = MEND_NIC_DOWN, .epoch = 4, .reporter = 1};
   strcpy(m.u.health.verdict, "local NIC down");
+  fuzzPut(&b, &m, sizeof(m));
+  memset(&m.u, 0, sizeof(m.u));
+  m.type = RESIL_MSG_RELAY;  /* rank 1 asks the bridge (0) to relay its path 2 to rank 3 */
+  m.u.relay = (struct mendRelayMsg){.magic = RNET_MAGIC, .kind = MEND_RELAY_OPEN, .path = 2, .srcRank = 1,
+                                    .dstRank = 3, .srcConn = 7, .dstConn = 9, .srcDev = 0, .dstDev = 1};
   fuzzPut(&b, &m, sizeof(m));
   fuzzSeedWrite(s, b.data, b.len);
 }

@@ -99,7 +99,17 @@ SCENARIOS = {
                                   "common; the rails meet at a spine, a crossing path carries the job"),
     "rail_mismatch": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 200",
                        [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)], {"fail_within": 20.0},
-                       note="the same without a spine: no path at all, a clear error in bounded time"),
+                       note="the same without a spine and without a third host: no path at all, a clear error "
+                            "in bounded time"),
+    "rail_mismatch_relay": S(3, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 60",
+                             [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)],
+                             {"detect": "link", "resume": True, "relay": True},
+                             note="host 0 loses rail 0, then host 1 rail 1, under AllReduce on rails that never "
+                                  "meet: host 2, which has both, relays the hops between them"),
+    "relay_alltoall": S(3, 2, 1, "alltoall_perf", "-b 6M -e 6M -n 1 -w 0 -c 80",
+                        [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)],
+                        {"detect": "link", "resume": True, "relay": True},
+                        note="the same under AlltoAll: host 0 and host 1 send to each other through host 2"),
     "last_path": S(2, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 200",
                    [(1.5, "nic_down", 1, 0), (1.5, "nic_down", 1, 1)], {"fail_within": 20.0},
                    note="every path between the hosts dies: a clear error in bounded time"),
@@ -248,6 +258,14 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
     if exp.get("cross"):
         cross = [e for e in events if e.get("kind") == "cross"]
         ck.check(len(cross) > 0, name, "a crossing path was built (%d connections)" % len(cross), detail)
+    if exp.get("relay"):
+        relay = [e for e in events if e.get("kind") == "relay"]
+        ck.check(len(relay) > 0, name, "a relay path through a bridge was built (%d connections)" % len(relay), detail)
+        t_relay = min((float(e["t"]) for e in relay), default=None)
+        resumed = [e for e in events if e.get("kind") == "resume" and t_relay is not None and float(e["t"]) >= t_relay]
+        ck.check(len(resumed) > 0, name, "traffic resumed on the relay paths (%d resume events after the first "
+                 "relay, %.0f ms after the second fault)" % (len(resumed), (t_relay - fault_times[-1]) * 1e3
+                                                             if t_relay else -1), detail)
     if exp.get("last_kept"):
         ck.check("kept for now" in log_text(logdir), name, "a failed probe of the only live path kept it", detail)
     if exp.get("failback"):
