@@ -162,6 +162,13 @@ int mendPlanViewConnDev(const struct mendPlanView* v, int channel, uint32_t myMa
     int d = v->nicOrder[i];
     if (d >= 0 && d < 32 && ((both >> d) & 1)) return d;
   }
+  /* No NIC works at both ends (rails lost on both hosts): one that works here.  The receiver listens
+   * on it, and a sender whose NIC of that rail is down sets up through a bridge or a crossing. */
+  if ((myMask >> home) & 1) return home;
+  for (int i = 0; i < n; i++) {
+    int d = v->nicOrder[i];
+    if (d >= 0 && d < 32 && ((myMask >> d) & 1)) return d;
+  }
   return home;
 }
 

@@ -1,12 +1,16 @@
 /*
- * The bridge's side of a relay path (relay.h).  A link is built in one round of messages:
+ * The bridge's side of a relay path (relay.h).  A link of a running connection is built in one round
+ * of messages:
  *   sender S -> bridge:  OPEN(S's ctrl listen)
  *   bridge:              listen on S's rail (for S's data) and on R's rail (for R's acknowledgements);
  *                        REBUILD(our listen on R's rail) -> R and REBUILD_ACK(our listen on S's rail) -> S,
  *                        as the two ends' own rebuild protocol expects from each other (rnet_rebuild.c);
  *                        connect our ctrl comm to S's listen
  *   receiver R -> bridge: ACCEPT(R's data listen, its largest receive) ... we connect our data comm to it
- * and then forward: every message S sends on its data comm goes out on ours to R, every control
+ * A link for a connection being set up (SETUP) is simpler: S already has R's listen handle, so the
+ * bridge connects to both ends at once and answers S with READY(its two listens); S connects its data
+ * comm to the first and tells R the second in its hello (rnet_relay.c).
+ * Then it forwards: every message S sends on its data comm goes out on ours to R, every control
  * message R sends goes out to S, each direction in order through MEND_RELAY_SLOTS buffers.  The ends
  * fence a relay path as any other, by closing their comms: the link sees an error and closes the rest.
  * A link not running within the rebuild's bound is closed too.
@@ -24,15 +28,15 @@
 #include "misc/utils.h"
 #include "resilience/rnet_priv.h"
 
-#define RELAY_CTRL_BYTES 64      /* a control message (struct rnetCtrl) fits */
+#define RELAY_CTRL_BYTES sizeof(struct rnetHello) /* a control message, or the receiver's hello at set-up */
 #define RELAY_MIN_BYTES (64u << 10) /* buffers are at least this large */
 #define RELAY_IDLE_SPINS 64      /* idle passes before the thread naps */
 #define RELAY_NAP_NS 20000       /* its nap while links are open */
 #define RELAY_WAIT_MS 100        /* its wait while none is */
 
 enum relayStage {
-  RELAY_CONNECTING = 0, /* listening and connecting; waiting for the receiver's ACCEPT */
-  RELAY_RUNNING,        /* all four comms up: forwarding */
+  RELAY_CONNECTING = 0, /* listening and connecting (a direction whose two comms are up forwards already) */
+  RELAY_RUNNING,        /* all four comms up */
 };
 
 /* One direction of a link: what comes in on `in` goes out on `out`, in order. */
@@ -143,7 +147,21 @@ static void unlinkClose(struct mendRelay* rl, struct relayLink** pp, const char*
   linkClose(rl, l, why);
 }
 
-/* OPEN: listen on both rails and hand each end the handle it connects to. */
+static void reply(struct mendRelay* rl, const struct mendRelayMsg* m, int kind, const void* h, const void* h2) {
+  struct mendRelayMsg r = *m;
+  r.kind = (uint16_t)kind;
+  memset(r.handle, 0, sizeof(r.handle));
+  memset(r.handle2, 0, sizeof(r.handle2));
+  if (h) memcpy(r.handle, h, sizeof(r.handle));
+  if (h2) memcpy(r.handle2, h2, sizeof(r.handle2));
+  if (rl->ops.reply) rl->ops.reply(rl->ops.ctx, m->srcRank, &r);
+  else if (!mendRnetViaReady(NULL, rl->rank, &r))
+    INFO(MEND_RESIL, "NET/Relay: rank %d: no connection %llx in this process to answer", rl->rank,
+         (unsigned long long)m->srcConn);
+}
+
+/* OPEN or SETUP: listen on both rails, then hand each end the handle it connects to (OPEN: as the
+ * ends' rebuild protocol expects from each other; SETUP: both to the sender, in READY). */
 static void linkOpen(struct mendRelay* rl, const struct mendRelayMsg* m) {
   struct relayLink** old = findLink(rl, m);
   if (old) unlinkClose(rl, old, "the sender opened it again");
@@ -155,19 +173,30 @@ static void linkOpen(struct mendRelay* rl, const struct mendRelayMsg* m) {
          m->srcRank, m->dstRank, m->srcDev, m->dstDev);
     if (l && l->listenSrc) rl->base->closeListen(l->listenSrc);
     free(l);
-    notify(rl, m->srcRank, RNET_NOTE_REBUILD_FAIL, m->srcConn, m->path, 0, NULL);
+    if (m->kind == MEND_RELAY_SETUP) reply(rl, m, MEND_RELAY_REFUSED, NULL, NULL);
+    else notify(rl, m->srcRank, RNET_NOTE_REBUILD_FAIL, m->srcConn, m->path, 0, NULL);
     return;
   }
   l->open = *m;
   memcpy(l->hsrc, m->handle, sizeof(l->hsrc));
+  if (m->kind == MEND_RELAY_SETUP) {  /* the receiver's listen is known already */
+    memcpy(l->hdst, m->handle2, sizeof(l->hdst));
+    l->maxBytes = m->maxBytes;
+    l->haveDst = 1;
+  }
   l->stage = RELAY_CONNECTING;
   l->deadlineMs = mendTimeMs() + mendRnetRebuildTimeoutMs();
   l->next = rl->links;
   rl->links = l;
   atomic_fetch_add(&rl->nLinks, 1);
   atomic_fetch_add(&rl->opened, 1);
-  INFO(MEND_RESIL, "NET/Relay: rank %d relays rank %d -> rank %d (conn %llx path %d) over devices %d -> %d", rl->rank,
-       m->srcRank, m->dstRank, (unsigned long long)m->srcConn, m->path, m->srcDev, m->dstDev);
+  INFO(MEND_RESIL, "NET/Relay: rank %d relays rank %d -> rank %d (conn %llx path %d%s) over devices %d -> %d",
+       rl->rank, m->srcRank, m->dstRank, (unsigned long long)m->srcConn, m->path,
+       m->kind == MEND_RELAY_SETUP ? ", set-up" : "", m->srcDev, m->dstDev);
+  if (m->kind == MEND_RELAY_SETUP) {
+    reply(rl, m, MEND_RELAY_READY, hsrc, hdst);
+    return;
+  }
   int code = (int)(MEND_RELAY_TAG | (uint32_t)m->srcDev << 8 | (uint32_t)m->dstDev);
   notify(rl, m->dstRank, RNET_NOTE_REBUILD, m->dstConn, m->path, code, hdst);
   notify(rl, m->srcRank, RNET_NOTE_REBUILD_ACK, m->srcConn, m->path, 0, hsrc);
@@ -187,7 +216,9 @@ static void linkAccept(struct mendRelay* rl, int from, const struct mendRelayMsg
   l->haveDst = 1;
 }
 
+/* A direction's buffers, once its two comms are up. */
 static ncclResult_t dirBuffers(const mendNet_t* b, struct relayDir* d, size_t slotBytes) {
+  if (d->buf || !d->in || !d->out) return ncclSuccess;
   d->slotBytes = slotBytes;
   MENDCHECK(MENDCALLOC(d->buf, slotBytes * MEND_RELAY_SLOTS));
   size_t all = slotBytes * MEND_RELAY_SLOTS;
@@ -196,7 +227,8 @@ static ncclResult_t dirBuffers(const mendNet_t* b, struct relayDir* d, size_t sl
   return ncclSuccess;
 }
 
-/* One step of a link being built: connect, accept; buffers once all four comms are up. */
+/* One step of a link being built: connect, accept; a direction's buffers once its two comms are up
+ * (at set-up the sender's hello must pass before the receiver connects its ctrl comm). */
 static ncclResult_t linkConnect(struct mendRelay* rl, struct relayLink* l, int* moved) {
   const mendNet_t* b = rl->base;
   const struct mendRelayMsg* o = &l->open;
@@ -204,10 +236,9 @@ static ncclResult_t linkConnect(struct mendRelay* rl, struct relayLink* l, int* 
   if (!l->data.in) MENDCHECK(b->accept(l->listenSrc, &l->data.in));
   if (!l->ctrl.in) MENDCHECK(b->accept(l->listenDst, &l->ctrl.in));
   if (l->haveDst && !l->data.out) MENDCHECK(b->connect(rl->baseCtx, o->dstDev, l->hdst, &l->data.out));
-  if (!l->ctrl.out || !l->data.in || !l->ctrl.in || !l->data.out) return ncclSuccess;
-  size_t slot = l->maxBytes < RELAY_MIN_BYTES ? RELAY_MIN_BYTES : l->maxBytes;
-  MENDCHECK(dirBuffers(b, &l->data, slot));
+  MENDCHECK(dirBuffers(b, &l->data, l->maxBytes < RELAY_MIN_BYTES ? RELAY_MIN_BYTES : l->maxBytes));
   MENDCHECK(dirBuffers(b, &l->ctrl, RELAY_CTRL_BYTES));
+  if (!l->ctrl.out || !l->data.in || !l->ctrl.in || !l->data.out) return ncclSuccess;
   b->closeListen(l->listenSrc);
   b->closeListen(l->listenDst);
   l->listenSrc = l->listenDst = NULL;
@@ -269,14 +300,13 @@ static int linkStep(struct mendRelay* rl, struct relayLink* l, int* moved, const
       *why = l->haveDst ? "not connected in time" : "the receiver never accepted";
       return 0;
     }
-    return 1;
   }
   uint64_t msgs = 0, bytes = 0, ctrl = 0, ctrlBytes = 0;
-  if (dirStep(rl->base, &l->data, &msgs, &bytes) != ncclSuccess) {
+  if (l->data.buf && dirStep(rl->base, &l->data, &msgs, &bytes) != ncclSuccess) {
     *why = "the data direction failed (an end fenced the path, or a link died)";
     return 0;
   }
-  if (dirStep(rl->base, &l->ctrl, &ctrl, &ctrlBytes) != ncclSuccess) {
+  if (l->ctrl.buf && dirStep(rl->base, &l->ctrl, &ctrl, &ctrlBytes) != ncclSuccess) {
     *why = "the control direction failed (an end fenced the path, or a link died)";
     return 0;
   }
@@ -298,8 +328,8 @@ static void applyInbox(struct mendRelay* rl) {
   pthread_mutex_unlock(&rl->lock);
   while (it) {
     struct relayItem* next = it->next;
-    if (it->m.kind == MEND_RELAY_OPEN) linkOpen(rl, &it->m);
-    else linkAccept(rl, it->from, &it->m);
+    if (it->m.kind == MEND_RELAY_ACCEPT) linkAccept(rl, it->from, &it->m);
+    else linkOpen(rl, &it->m);
     free(it);
     it = next;
   }
@@ -369,8 +399,9 @@ ncclResult_t mendRelayCreate(const mendNet_t* base, void* baseCtx, int rank, int
 
 void mendRelayPost(struct mendRelay* rl, int from, const struct mendRelayMsg* m) {
   const char* why = NULL;
-  if (!mendRelayMsgCheck(m, from, rl->rank, rl->nRanks, rl->nDevs, &why)) {
-    WARN_SPARSE(1000, "NET/Relay: rank %d: relay request %u from rank %d refused: %s", rl->rank, m->kind, from, why);
+  if (m->kind > MEND_RELAY_SETUP || !mendRelayMsgCheck(m, from, rl->rank, rl->nRanks, rl->nDevs, &why)) {
+    WARN_SPARSE(1000, "NET/Relay: rank %d: relay request %u from rank %d refused: %s", rl->rank, m->kind, from,
+                why ? why : "not a request for a bridge");
     if (m->kind == MEND_RELAY_OPEN && from >= 0 && from < rl->nRanks && from != rl->rank)
       notify(rl, from, RNET_NOTE_REBUILD_FAIL, m->srcConn, m->path < MEND_RNET_MAX_SLOTS ? m->path : 0, 0, NULL);
     return;

@@ -27,8 +27,12 @@
 struct rnetNotice;
 
 enum mendRelayKind {
-  MEND_RELAY_OPEN = 1,   /* sender -> bridge: relay `path` of connection srcConn; handle: the sender's ctrl listen */
-  MEND_RELAY_ACCEPT = 2  /* receiver -> bridge: handle: the receiver's data listen; maxBytes: its largest receive */
+  MEND_RELAY_OPEN = 1,    /* sender -> bridge: relay `path` of connection srcConn; handle: the sender's ctrl listen */
+  MEND_RELAY_ACCEPT = 2,  /* receiver -> bridge: handle: the receiver's data listen; maxBytes: its largest receive */
+  MEND_RELAY_SETUP = 3,   /* sender -> bridge, at connection set-up: handle: the sender's ctrl listen, handle2: */
+                          /* the receiver's (its primary's listen); maxBytes: a slot */
+  MEND_RELAY_READY = 4,   /* bridge -> sender: handle: its listen on the sender's rail, handle2: on the receiver's */
+  MEND_RELAY_REFUSED = 5  /* bridge -> sender: it cannot relay that set-up */
 };
 
 /* The out-of-band message of the relay protocol (inside a resilience message). */
@@ -45,16 +49,19 @@ struct mendRelayMsg {
   uint32_t maxBytes;                    /* ACCEPT: the largest message the receiver posts for */
   uint32_t pad;                         /* 0 */
   char handle[MEND_NET_HANDLE_MAXSIZE]; /* base listen handle (see kind) */
+  char handle2[MEND_NET_HANDLE_MAXSIZE]; /* a second one (SETUP, READY) */
 };
 
 /* Is m, received by rank `self` (of nRanks, with nDevs devices) from rank `from`, a relay message
  * it may act on?  1 when it is; else 0 with *why set.  Pure (resil_wire.c): the fuzz target calls it too. */
 int mendRelayMsgCheck(const struct mendRelayMsg* m, int from, int self, int nRanks, int nDevs, const char** why);
 
-/* How the engine reaches the ends: a connection notice to `rank` (over the bootstrap, or in-process).
- * Without one (NULL ops or notify) notices reach connections of this process only (tests). */
+/* How the engine reaches the ends: a connection notice to `rank`, or a relay message (READY, REFUSED)
+ * to a sender setting up (over the bootstrap, or in-process).  Without them (NULL ops, or NULL
+ * members) they reach connections of this process only (tests). */
 struct mendRelayOps {
   void (*notify)(void* ctx, int rank, const struct rnetNotice* n);
+  void (*reply)(void* ctx, int rank, const struct mendRelayMsg* m);
   void* ctx;
 };
 

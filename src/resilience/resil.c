@@ -79,15 +79,29 @@ void mendResilSendRelay(struct mendResil* r, int bridge, const struct mendRelayM
   mendResilQueue(r, bridge, &m);
 }
 
-/* The bridge's notices to the two ends: directly when the end lives in this process. */
+/* The bridge's notices and answers to the two ends: directly when the end lives in this process. */
 static void relayNotify(void* ctx, int rank, const struct rnetNotice* n) {
   if (!mendRnetDeliver(NULL, n)) mendResilSendNotice(ctx, rank, n);
 }
 
-/* A relay request for us as the bridge: the engine is made on the first one. */
+static void relayReply(void* ctx, int rank, const struct mendRelayMsg* m) {
+  struct mendResil* r = ctx;
+  if (!mendRnetViaReady(NULL, r->rank, m)) mendResilSendRelay(r, rank, m);
+}
+
+/* A relay message: a bridge's answer to our set-up, or a request for us as the bridge (the engine is
+ * made on the first one). */
 static void relayMsg(struct mendResil* r, int from, const struct mendRelayMsg* m) {
+  if (m->kind == MEND_RELAY_READY || m->kind == MEND_RELAY_REFUSED) {
+    const char* why = NULL;
+    if (!mendRelayMsgCheck(m, from, r->rank, r->nRanks, r->nDevs, &why))
+      WARN_SPARSE(1000, "NET/Relay: rank %d: answer %u from rank %d dropped: %s", r->rank, m->kind, from, why);
+    else if (!r->ctx || !mendRnetViaReady(r->ctx, from, m))
+      INFO(MEND_RESIL, "NET/Relay: rank %d: answer from rank %d for an unknown set-up", r->rank, from);
+    return;
+  }
   if (!r->relay && r->ctx) {
-    struct mendRelayOps ops = { .notify = relayNotify, .ctx = r };
+    struct mendRelayOps ops = { .notify = relayNotify, .reply = relayReply, .ctx = r };
     if (mendRelayCreate(r->base, r->ctx->baseCtx, r->rank, r->nRanks, r->nDevs, &ops, &r->relay) != ncclSuccess)
       r->relay = NULL;
   }
@@ -110,14 +124,14 @@ static int bridgeFits(struct mendResil* r, int y, int peer, int a, int b) {
          mendResilPeerProbe(r, y, a) && mendResilPeerProbe(r, y, b);
 }
 
-int mendResilRelayPick(struct mendResil* r, int peer, uint64_t salt, int* myDev, int* peerDev) {
+int mendResilRelayPick(struct mendResil* r, int peer, uint64_t salt, int peerDevOnly, int* myDev, int* peerDev) {
   if (!r || peer < 0 || peer >= r->nRanks) return -1;
   /* Rails that differ first: a bridge is needed because the two ends share no working rail. */
   for (int same = 0; same < 2; same++) {
     for (int a = 0; a < r->nDevs; a++) {
       if (!mendResilDevUsable(r, r->rank, a)) continue;
       for (int b = 0; b < r->peerNDevs[peer] && b < RESIL_MAX_DEVS; b++) {
-        if ((a == b) != same || !mendResilDevUsable(r, peer, b)) continue;
+        if ((a == b) != same || (peerDevOnly >= 0 && b != peerDevOnly) || !mendResilDevUsable(r, peer, b)) continue;
         int n = 0;
         for (int y = 0; y < r->nRanks; y++) n += bridgeFits(r, y, peer, a, b);
         if (n == 0) continue;

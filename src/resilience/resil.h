@@ -75,8 +75,9 @@ int mendResilRanks(const struct mendResil* r);
  * answer comes back as a CROSS_PROBED notice.  0 when the pair cannot be probed (no address). */
 int mendResilCrossProbe(struct mendResil* r, struct rnetComm* rc, int localDev, int peerDev);
 /* A bridge for a relay path to rank peer: a rank on a third host whose NICs work on one of our rails
- * (*myDev) and one of peer's (*peerDev), spread over the candidates by salt; -1 when there is none. */
-int mendResilRelayPick(struct mendResil* r, int peer, uint64_t salt, int* myDev, int* peerDev);
+ * (*myDev) and one of peer's (*peerDev; only peerDevOnly unless -1), spread over the candidates by
+ * salt; -1 when there is none. */
+int mendResilRelayPick(struct mendResil* r, int peer, uint64_t salt, int peerDevOnly, int* myDev, int* peerDev);
 /* Send a relay request (relay.h) to the bridge rank over the bootstrap. */
 struct mendRelayMsg;
 void mendResilSendRelay(struct mendResil* r, int bridge, const struct mendRelayMsg* m);

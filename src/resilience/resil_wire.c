@@ -51,16 +51,33 @@ int mendRnetNoticeParse(const void* buf, size_t len, struct rnetNotice* out) {
   return 1;
 }
 
+/* A message for a bridge (OPEN, ACCEPT, SETUP): from the end it names, about two other ranks. */
+static const char* bridgeSide(const struct mendRelayMsg* m, int from, int self, int nDevs) {
+  if (m->srcRank == self || m->dstRank == self) return "the bridge must be a third rank";
+  if (from != (m->kind == MEND_RELAY_ACCEPT ? m->dstRank : m->srcRank)) return "not sent by that end";
+  if (m->srcDev < 0 || m->srcDev >= nDevs || m->dstDev < 0 || m->dstDev >= nDevs) return "no such device here";
+  if (m->kind != MEND_RELAY_OPEN && (m->maxBytes == 0 || m->maxBytes > MEND_RELAY_MAX_BYTES))
+    return "message size out of range";
+  return NULL;
+}
+
+/* A bridge's answer to our set-up (READY, REFUSED): about us, from a third rank. */
+static const char* senderSide(const struct mendRelayMsg* m, int from, int self, int nDevs) {
+  if (m->srcRank != self) return "not about us";
+  if (from == m->srcRank || from == m->dstRank) return "the bridge must be a third rank";
+  if (m->srcDev < 0 || m->srcDev >= nDevs || m->dstDev < 0 || m->dstDev >= MEND_RNET_MAX_PATHS)
+    return "no such device here";
+  return NULL;
+}
+
 int mendRelayMsgCheck(const struct mendRelayMsg* m, int from, int self, int nRanks, int nDevs, const char** why) {
   *why = NULL;
   if (m->magic != RNET_MAGIC) *why = "bad magic";
-  else if (m->kind != MEND_RELAY_OPEN && m->kind != MEND_RELAY_ACCEPT) *why = "unknown kind";
+  else if (m->kind < MEND_RELAY_OPEN || m->kind > MEND_RELAY_REFUSED) *why = "unknown kind";
   else if (m->path >= MEND_RNET_MAX_SLOTS) *why = "path out of range";
   else if (m->srcRank < 0 || m->srcRank >= nRanks || m->dstRank < 0 || m->dstRank >= nRanks) *why = "rank out of range";
-  else if (m->srcRank == m->dstRank || m->srcRank == self || m->dstRank == self) *why = "the bridge must be a third rank";
-  else if (from != (m->kind == MEND_RELAY_OPEN ? m->srcRank : m->dstRank)) *why = "not sent by that end";
-  else if (m->srcDev < 0 || m->srcDev >= nDevs || m->dstDev < 0 || m->dstDev >= nDevs) *why = "no such device here";
-  else if (m->kind == MEND_RELAY_ACCEPT && (m->maxBytes == 0 || m->maxBytes > MEND_RELAY_MAX_BYTES))
-    *why = "message size out of range";
+  else if (m->srcRank == m->dstRank) *why = "the bridge must be a third rank";
+  else if (m->kind == MEND_RELAY_READY || m->kind == MEND_RELAY_REFUSED) *why = senderSide(m, from, self, nDevs);
+  else *why = bridgeSide(m, from, self, nDevs);
   return *why == NULL;
 }

@@ -74,6 +74,9 @@ struct mendRelay;
 void mendRnetSetTestRelay(struct mendRelay* rl, int rank);
 /* Tests: the rank a context's connections carry in their hellos (notices name it). */
 ncclResult_t mendRnetSetRankForTest(void* ctx, int rank);
+/* Tests without a resilience service: devices of ctx (bit d) that new paths take as down, as the
+ * service's link state would say. */
+ncclResult_t mendRnetSetDownForTest(void* ctx, uint32_t mask);
 /* Declare path p of a connection failed, as if its NIC had died (any thread; applied by the next
  * progress call of the owner). */
 ncclResult_t mendRnetKillPath(void* netComm, int p);

@@ -85,6 +85,7 @@ ncclResult_t mendRnetListen(void* vctx, int dev, void* handle, void** listenComm
   h->magic = RNET_MAGIC;
   h->dev = (uint16_t)dev;
   h->nDevs = (uint16_t)nDevs;
+  h->rank = ctx->rank;
   memcpy(h->base, lc->handles[dev], RNET_BASE_HANDLE_BYTES);
   *listenComm = lc;
   return ncclSuccess;
@@ -124,6 +125,7 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   rc->active = 0;
   rc->lastKilled = -1;
   rc->crossPath = -1;
+  rc->via.how = RNET_VIA_RAILS;
   /* Held acknowledgements need the service, which sends one its receiver stopped calling for. */
   int hold = ctx->resil || atomic_load(&holdAcksForTest);
   rc->ackDelayNs = hold && mendParamAckDelay() > 0 ? (uint64_t)mendParamAckDelay() * 1000 : 0;
@@ -167,6 +169,36 @@ static int chainAfterPrimary(const struct rnetHello* recv, int n, int p0a, int p
   return k;
 }
 
+/* Every device below n in the receiver's order (a set-up via the last-resort slot: the rails are its
+ * chain, each dead or alive as the NICs are); returns how many. */
+static int chainAll(const struct rnetHello* recv, int n, int* devs) {
+  int k = 0, nOrder = recv->nOrder > 0 && recv->nOrder <= MEND_RNET_MAX_PATHS ? recv->nOrder : 0;
+  for (int i = 0; i < (nOrder ? nOrder : n) && k < MEND_RNET_MAX_PATHS; i++) {
+    int d = nOrder ? recv->order[i] : (recv->primary + i) % n;
+    int dup = d < 0 || d >= n;
+    for (int j = 0; j < k && !dup; j++) dup = devs[j] == d;
+    if (!dup) devs[k++] = d;
+  }
+  return k;
+}
+
+/* Lay out the devices of every path: normally the primaries' pair first, then the chain; a set-up via
+ * a crossing or a bridge puts the rails first and its own path in the last-resort slot after them. */
+static int layout(struct rnetComm* rc, int via, int myPrimary, int n, int* loc, int* rem) {
+  const struct rnetHello* peer = &rc->area->peer;
+  const struct rnetHello* recv = rc->isSend ? peer : &rc->area->mine;
+  int chain[MEND_RNET_MAX_PATHS], nP = 0;
+  int k = via == RNET_VIA_RAILS ? chainAfterPrimary(recv, n, myPrimary, peer->primary, chain) : chainAll(recv, n, chain);
+  if (via == RNET_VIA_RAILS) loc[nP] = myPrimary, rem[nP++] = peer->primary;
+  for (int i = 0; i < k; i++) loc[nP] = rem[nP] = chain[i], nP++;
+  rc->hsPath = via == RNET_VIA_RAILS ? 0 : nP;
+  if (via != RNET_VIA_RAILS) {
+    loc[nP] = myPrimary, rem[nP++] = peer->primary;
+    rc->crossPath = rc->hsPath;
+  }
+  return nP;
+}
+
 /* Check the peer's hello and lay out the paths (both ends compute the same chain). */
 static ncclResult_t planPaths(struct rnetComm* rc, int myPrimary, int myDevs, uint32_t myMask) {
   struct rnetHello* peer = &rc->area->peer;
@@ -178,24 +210,41 @@ static ncclResult_t planPaths(struct rnetComm* rc, int myPrimary, int myDevs, ui
   }
   rc->peerRank = peer->rank;
   rc->peerConnId = peer->connId;
-  int n = myDevs < peer->nDevs ? myDevs : peer->nDevs, chain[MEND_RNET_MAX_PATHS];
-  const struct rnetHello* recv = rc->isSend ? peer : &rc->area->mine;
-  rc->nPaths = 1 + chainAfterPrimary(recv, n, myPrimary, peer->primary, chain);
+  int via = rc->isSend ? rc->area->mine.via : peer->via;
+  if (!rc->isSend) MENDCHECK(mendRnetViaCheck(rc, via));
+  int n = myDevs < peer->nDevs ? myDevs : peer->nDevs, loc[MEND_RNET_MAX_SLOTS], rem[MEND_RNET_MAX_SLOTS];
+  rc->nPaths = layout(rc, via, myPrimary, n, loc, rem);
+  struct mendResil* r = rc->ctx->resil;
   for (int i = 0; i < rc->nPaths; i++) {
     struct rnetPath* path = rc->paths + i;
-    path->localDev = i == 0 ? myPrimary : chain[i - 1];
-    path->remoteDev = i == 0 ? peer->primary : chain[i - 1];
-    memcpy(path->handle, peer->handles[path->remoteDev], MEND_NET_HANDLE_MAXSIZE);
+    int hs = i == rc->hsPath;
+    path->localDev = loc[i];
+    path->remoteDev = rem[i];
+    path->relayed = hs && via >= 0;
+    path->relayRank = path->relayed ? via : -1;
+    const char* h = path->relayed && !rc->isSend ? peer->viaHandle : peer->handles[path->remoteDev];
+    memcpy(path->handle, h, MEND_NET_HANDLE_MAXSIZE);
     int usable = ((peer->validMask >> path->remoteDev) & 1) && ((myMask >> path->localDev) & 1);
-    /* A NIC known down at either end would only stall the set-up (the primary is chosen usable). */
-    struct mendResil* r = rc->ctx->resil;
-    if (i > 0 && r && (!mendResilDevUsable(r, rc->ctx->rank, path->localDev) || !mendResilDevUsable(r, rc->peerRank, path->remoteDev)))
+    /* A NIC known down at either end would only stall the set-up (the first path is chosen usable). */
+    if (!hs && r && (!mendResilDevUsable(r, rc->ctx->rank, path->localDev) ||
+                     !mendResilDevUsable(r, rc->peerRank, path->remoteDev)))
       usable = 0;
-    atomic_store(&path->state, usable ? RNET_PATH_CONNECTING : RNET_PATH_DEAD);
-    if (!usable) path->deadSinceMs = mendTimeMs();
+    /* Via a crossing or a bridge, the first path's listens are taken: a rail on either of its NICs
+     * starts dead, and fail-back builds it later with listens of its own. */
+    if (!hs && via != RNET_VIA_RAILS && (loc[i] == loc[rc->hsPath] || loc[i] == rem[rc->hsPath])) usable = 0;
+    atomic_store(&path->state, usable || hs ? RNET_PATH_CONNECTING : RNET_PATH_DEAD);
+    if (!usable && !hs) path->deadSinceMs = mendTimeMs();
   }
   rc->deadlineMs = mendTimeMs() + backupBoundMs();
   return ncclSuccess;
+}
+
+/* The handshake ran on path 0's comms; after the layout they belong to the handshake's path. */
+static void takeHandshake(struct rnetComm* rc, void* data, void* ctrl, void* dataArea, void* ctrlArea) {
+  struct rnetPath* p0 = rc->paths;
+  p0->data = p0->ctrl = p0->dataArea = p0->ctrlArea = NULL;
+  struct rnetPath* hs = rc->paths + rc->hsPath;
+  hs->data = data, hs->ctrl = ctrl, hs->dataArea = dataArea, hs->ctrlArea = ctrlArea;
 }
 
 ncclResult_t mendRnetRegArea(struct rnetComm* rc, void* comm, void** mh) {
@@ -235,12 +284,13 @@ static int connectPath(struct rnetComm* rc, int i, void** listens, ncclResult_t*
   void** out = rc->isSend ? &path->data : &path->ctrl;   /* what we connect */
   void** in = rc->isSend ? &path->ctrl : &path->data;    /* what we accept */
   ncclResult_t r = ncclSuccess;
-  if (!*out && (i > 0 || !rc->isSend)) r = ctx->base->connect(ctx->baseCtx, path->localDev, path->handle, out);
-  if (r == ncclSuccess && !*in && i > 0) r = ctx->base->accept(listens[path->localDev], in);
+  int hs = i == rc->hsPath;
+  if (!*out && (!hs || !rc->isSend)) r = ctx->base->connect(ctx->baseCtx, path->localDev, path->handle, out);
+  if (r == ncclSuccess && !*in && !hs) r = ctx->base->accept(listens[path->localDev], in);
   if (r == ncclSuccess && path->data) r = mendRnetRegArea(rc, path->data, &path->dataArea);
   if (r == ncclSuccess && path->ctrl) r = mendRnetRegArea(rc, path->ctrl, &path->ctrlArea);
   if (r != ncclSuccess) {
-    if (i == 0) {
+    if (hs) {
       *res = r;
       return 1;
     }
@@ -248,11 +298,11 @@ static int connectPath(struct rnetComm* rc, int i, void** listens, ncclResult_t*
     return 1;
   }
   if (path->data && path->ctrl) {
-    atomic_store(&path->state, i == 0 ? RNET_PATH_ACTIVE : RNET_PATH_IDLE);
+    atomic_store(&path->state, hs ? RNET_PATH_ACTIVE : RNET_PATH_IDLE);
     path->confirmed = 1;  /* set-up finishes every path on both ends before either end uses it */
     return 1;
   }
-  if (i > 0 && mendTimeMs() > rc->deadlineMs) {
+  if (!hs && mendTimeMs() > rc->deadlineMs) {
     backupDead(rc, i, "did not connect in time");
     return 1;
   }
@@ -282,12 +332,12 @@ static void logReady(struct rnetComm* rc) {
 }
 
 static ncclResult_t finishSetup(struct rnetComm* rc) {
-  if (atomic_load(&rc->paths[0].state) != RNET_PATH_ACTIVE) {
-    WARN("NET/Resilient: the primary path of conn %llx is not usable", (unsigned long long)rc->connId);
+  if (atomic_load(&rc->paths[rc->hsPath].state) != RNET_PATH_ACTIVE) {
+    WARN("NET/Resilient: the first path of conn %llx is not usable", (unsigned long long)rc->connId);
     return ncclSystemError;
   }
   atomic_store(&rc->stage, RNET_STAGE_READY);
-  rc->active = 0;
+  rc->active = rc->hsPath;
   rc->lastProgressMs = mendTimeMs();
   logReady(rc);
   return ncclSuccess;
@@ -300,12 +350,17 @@ static ncclResult_t sendSetup(struct rnetComm* rc, struct rnetHandle* h) {
   int done;
   if (rc->stage == RNET_STAGE_START) {
     rc->nPaths = 1;
-    p0->localDev = rc->area->mine.primary;
     memcpy(p0->handle, h->base, RNET_BASE_HANDLE_BYTES);
+    rc->area->mine.via = RNET_VIA_RAILS;
+    mendRnetViaStart(rc, h);  /* our NIC of its primary is down: a bridge or a crossing instead */
+    p0->localDev = rc->area->mine.primary;
     rc->stage = RNET_STAGE_HELLO;
   }
   if (rc->stage == RNET_STAGE_HELLO) {
     if (!p0->data) {
+      int ready = 1;
+      MENDCHECK(mendRnetViaWait(rc, &ready));
+      if (!ready) return ncclSuccess;
       MENDCHECK(ctx->base->connect(ctx->baseCtx, p0->localDev, p0->handle, &p0->data));
       if (!p0->data) return ncclSuccess;
       MENDCHECK(mendRnetRegArea(rc, p0->data, &p0->dataArea));
@@ -326,7 +381,7 @@ static ncclResult_t sendSetup(struct rnetComm* rc, struct rnetHandle* h) {
     if (!done) return ncclSuccess;
     void* data0 = p0->data, *ctrl0 = p0->ctrl, *dA = p0->dataArea, *cA = p0->ctrlArea;
     MENDCHECK(planPaths(rc, rc->area->mine.primary, rc->area->mine.nDevs, rc->area->mine.validMask));
-    p0->data = data0, p0->ctrl = ctrl0, p0->dataArea = dA, p0->ctrlArea = cA;
+    takeHandshake(rc, data0, ctrl0, dA, cA);
     rc->stage = RNET_STAGE_PATHS;
   }
   int left;
@@ -403,14 +458,15 @@ static ncclResult_t recvSetup(struct rnetComm* rc, struct rnetListen* lc) {
     if (!done) return ncclSuccess;
     void* data0 = p0->data, *dA = p0->dataArea;
     MENDCHECK(planPaths(rc, lc->dev, lc->nDevs, rc->area->mine.validMask));
-    p0->data = data0, p0->dataArea = dA;
+    takeHandshake(rc, data0, NULL, dA, NULL);
     rc->stage = RNET_STAGE_PATHS;
   }
   int left;
   MENDCHECK(connectBackups(rc, lc->listens, &left));
-  if (p0->ctrl && !p0->ctrlArea) return ncclInternalError;
-  if (p0->ctrl && rc->hsStep == 0) {
-    MENDCHECK(rc->base->isend(p0->ctrl, &rc->area->mine, sizeof(rc->area->mine), 0, p0->ctrlArea, &rc->hsReq[0]));
+  struct rnetPath* hs = rc->paths + rc->hsPath;
+  if (hs->ctrl && !hs->ctrlArea) return ncclInternalError;
+  if (hs->ctrl && rc->hsStep == 0) {
+    MENDCHECK(rc->base->isend(hs->ctrl, &rc->area->mine, sizeof(rc->area->mine), 0, hs->ctrlArea, &rc->hsReq[0]));
     if (!rc->hsReq[0]) return ncclSuccess;
     rc->hsStep = 1;
   }

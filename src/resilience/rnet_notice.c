@@ -72,12 +72,12 @@ void mendRnetDropNotices(struct rnetComm* rc) {
   }
 }
 
-static int deliverIn(struct rnetCtx* ctx, const struct rnetNotice* n) {
+static int withConnIn(struct rnetCtx* ctx, uint64_t connId, void (*fn)(struct rnetComm*, const void*), const void* arg) {
   int found = 0;
   pthread_mutex_lock(&ctx->lock);
   for (struct rnetComm* rc = ctx->comms; rc && !found; rc = rc->next) {
-    if (rc->connId != n->connId) continue;
-    mendRnetPost(rc, n);
+    if (rc->connId != connId) continue;
+    fn(rc, arg);
     found = 1;
   }
   pthread_mutex_unlock(&ctx->lock);
@@ -85,18 +85,24 @@ static int deliverIn(struct rnetCtx* ctx, const struct rnetNotice* n) {
   return found;
 }
 
+int mendRnetWithConn(struct rnetCtx* ctx, uint64_t connId, void (*fn)(struct rnetComm*, const void*), const void* arg) {
+  if (ctx) return withConnIn(ctx, connId, fn, arg);
+  int found = 0;
+  pthread_mutex_lock(&ctxListLock);
+  for (struct rnetCtx* c = ctxList; c && !found; c = c->nextCtx) found = withConnIn(c, connId, fn, arg);
+  pthread_mutex_unlock(&ctxListLock);
+  return found;
+}
+
+static void postIt(struct rnetComm* rc, const void* n) { mendRnetPost(rc, n); }
+
 int mendRnetDeliver(struct rnetCtx* ctx, const struct rnetNotice* wire) {
-  struct rnetNotice copy, *n = &copy;
-  if (!mendRnetNoticeParse(wire, sizeof(*wire), n)) {
+  struct rnetNotice n;
+  if (!mendRnetNoticeParse(wire, sizeof(*wire), &n)) {
     WARN("NET/Resilient: a notice with a bad magic (0x%x) or type (%u) was dropped", wire->magic, wire->type);
     return 0;
   }
-  if (ctx) return deliverIn(ctx, n);
-  int found = 0;
-  pthread_mutex_lock(&ctxListLock);
-  for (struct rnetCtx* c = ctxList; c && !found; c = c->nextCtx) found = deliverIn(c, n);
-  pthread_mutex_unlock(&ctxListLock);
-  return found;
+  return mendRnetWithConn(ctx, n.connId, postIt, &n);
 }
 
 void mendRnetNotify(struct rnetComm* rc, int type, int p, int cause, const void* handle) {

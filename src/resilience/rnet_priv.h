@@ -32,13 +32,17 @@
 #define RNET_ACK_BATCH 6                 /* held acknowledgements: sent at this many when the receiver waits, */
 #define RNET_ACK_MAX 7                   /* ... at this many at once (the sender's FIFO has 8 slots) */
 #define RNET_ACK_BYTES MEND_RTT_RATE_BYTES /* ... and less than this many bytes (larger: at once, rate samples) */
-#define RNET_BASE_HANDLE_BYTES (MEND_NET_HANDLE_MAXSIZE - 16) /* room for the base listen handle */
+#define RNET_BASE_HANDLE_BYTES (MEND_NET_HANDLE_MAXSIZE - 24) /* room for the base listen handle */
+#define RNET_VIA_RAILS (-1)              /* a set-up on the primaries' rail (struct rnetHello's via) */
+#define RNET_VIA_CROSS (-2)              /* ... from another NIC of the sender, crossing rails */
 
 /* What the receiver's listen hands the sender (through the transport's connection info). */
 struct rnetHandle {
   uint32_t magic;                     /* RNET_MAGIC: rejects handles of another Net */
   uint16_t dev;                       /* receiver's primary device */
   uint16_t nDevs;                     /* receiver's device count */
+  int32_t rank;                       /* receiver's rank (-1: not attached): a bridge reaches it */
+  int32_t pad;                        /* 0 */
   struct rnetComm* stage;             /* sender side: the comm being built (meaningless on the wire) */
   char base[RNET_BASE_HANDLE_BYTES];  /* base listen handle of the primary device */
 };
@@ -56,6 +60,20 @@ struct rnetHello {
   int8_t order[MEND_RNET_MAX_PATHS];                     /* the writer's failover order (topology), nearest first */
   union mendSocketAddr probe[MEND_RNET_MAX_PATHS];       /* the writer's probe address per device */
   char handles[MEND_RNET_MAX_PATHS][MEND_NET_HANDLE_MAXSIZE]; /* the writer's listen handle per device */
+  int32_t via;                                           /* sender: how this hello came: RNET_VIA_RAILS, _CROSS, */
+                                                         /* or a bridge's rank (the set-up's path is a relay) */
+  int32_t pad;                                           /* 0 */
+  char viaHandle[MEND_NET_HANDLE_MAXSIZE];               /* via a bridge: its listen for the receiver's ctrl comm */
+};
+
+/* Sender: a set-up whose primary pair is out of reach (our NIC of the receiver's primary is down):
+ * its first path is the last-resort slot, a crossing or relay path (rnet_relay.c). */
+struct rnetVia {
+  int how;                                /* RNET_VIA_RAILS (not used), _CROSS, or the bridge's rank */
+  _Atomic int ready;                      /* a bridge: 0 waiting for its answer, 1 it listens, -1 it refused */
+  char dataHandle[MEND_NET_HANDLE_MAXSIZE]; /* the bridge's listen on our rail (our data comm connects) */
+  char ctrlHandle[MEND_NET_HANDLE_MAXSIZE]; /* its listen on the receiver's rail (the receiver's ctrl comm) */
+  int64_t deadlineMs;                     /* the set-up fails if the bridge has not answered by then */
 };
 
 enum rnetCtrlType {
@@ -223,6 +241,8 @@ struct rnetComm {
   void* hsReq[2];                                 /* handshake requests in flight: [0] our hello, [1] theirs */
   void* listens[MEND_RNET_MAX_PATHS];             /* sender: base listen per local device (ctrl comms) */
   int hsStep;                                     /* handshake sub-step */
+  int hsPath;                                     /* the path of the handshake: 0, or the last-resort slot */
+  struct rnetVia via;                             /* sender: a set-up via a crossing or a bridge */
   uint64_t nPosted;                               /* messages posted by the user */
   uint64_t nDone;                                 /* sender: acknowledged; receiver: placed */
   uint64_t nIssued;                               /* messages handed to the base on the active path */
@@ -266,6 +286,7 @@ struct rnetCtx {
   int ownBaseCtx;                /* we made baseCtx (init) and finalize it */
   int nDevs;                     /* base devices */
   int nOrder;                    /* entries of order (0: none: chains rotate from the primary) */
+  uint32_t testDown;             /* tests without a service: our devices taken as down (mendRnetSetDownForTest) */
   int8_t order[MEND_RNET_MAX_PATHS]; /* failover order of our devices, nearest first (mendRnetSetOrder) */
   struct ncclComm* comm;         /* communicator for OOB signals (NULL in tests: no OOB) */
   int rank;                      /* our rank, -1 when not attached */
@@ -324,6 +345,9 @@ void mendRnetPost(struct rnetComm* rc, const struct rnetNotice* n);
 /* Deliver a notice to the connection whose id it names, looking in ctx (or every context of the
  * process when ctx is NULL).  Returns 1 when found. */
 int mendRnetDeliver(struct rnetCtx* ctx, const struct rnetNotice* n);
+/* Run fn(rc, arg) on the connection named connId (in ctx, or in every context of the process when
+ * ctx is NULL), under its context's lock; 1 when found. */
+int mendRnetWithConn(struct rnetCtx* ctx, uint64_t connId, void (*fn)(struct rnetComm*, const void*), const void* arg);
 /* Take the oldest queued notice; 0 when none. */
 int mendRnetTakeNotice(struct rnetComm* rc, struct rnetNotice* out);
 /* Free queued notices (close). */
@@ -366,6 +390,18 @@ void mendRnetRelayOpen(struct rnetComm* rc, int p, const void* handle);
 void mendRnetRelayAccept(struct rnetComm* rc, int p, const void* handle);
 /* Receiver: a REBUILD from bridge n->fromRank for the last-resort slot: checked, then taken. */
 ncclResult_t mendRnetRelayNotice(struct rnetComm* rc, const struct rnetNotice* n);
+struct mendRelayMsg;
+/* Sender, set-up: our NIC of the receiver's primary is out of reach: set up via a bridge or a
+ * crossing instead (rc->via, the first path's devices); 0 when neither can be tried. */
+int mendRnetViaStart(struct rnetComm* rc, const struct rnetHandle* h);
+/* A bridge's READY or REFUSED for the set-up of our connection m->srcConn (looked up in ctx, or in
+ * every context of the process when NULL); 1 when that connection is here. */
+int mendRnetViaReady(struct rnetCtx* ctx, int from, const struct mendRelayMsg* m);
+/* Sender, set-up: *ready 0 while a bridge has not answered (then its listen is our first path's
+ * handle); an error when it refused or did not answer in time. */
+ncclResult_t mendRnetViaWait(struct rnetComm* rc, int* ready);
+/* Receiver, set-up: may the sender's hello come `via` a crossing or that bridge? */
+ncclResult_t mendRnetViaCheck(struct rnetComm* rc, int via);
 
 /* ---- rnet_rebuild.c: bringing a dead path back, fail-back ---- */
 /* Rebuild notices (REBUILD*, and the local START) for path p. */

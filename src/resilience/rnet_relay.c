@@ -46,7 +46,7 @@ static int relayAllowed(void) { return mendParamRelay() != 0; }
  * the peer's second: rails that differ). */
 static int pickBridge(struct rnetComm* rc, int* a, int* b) {
   uint64_t salt = rc->connId + (uint64_t)rc->lastTries;  /* connections spread over the bridges; retries move on */
-  if (rc->ctx->resil) return mendResilRelayPick(rc->ctx->resil, rc->peerRank, salt, a, b);
+  if (rc->ctx->resil) return mendResilRelayPick(rc->ctx->resil, rc->peerRank, salt, -1, a, b);
   if (!atomic_load(&testRelay) || rc->area->peer.nDevs < 1 || rc->area->mine.nDevs < 1) return -1;
   *a = 0;
   *b = rc->area->peer.nDevs > 1 ? 1 : 0;
@@ -143,4 +143,139 @@ ncclResult_t mendRnetRelayNotice(struct rnetComm* rc, const struct rnetNotice* n
        (unsigned long long)rc->connId, rc->peerRank, p, bridge, sdev, rdev);
   if (rc->crossUntilMs) rc->crossUntilMs = mendTimeMs() + mendRnetCrossWaitMs();
   return mendRnetRebuildNotice(rc, n);
+}
+
+/* ---------------------------------------------------------------- set-up via a bridge or a crossing */
+
+ncclResult_t mendRnetSetDownForTest(void* ctx, uint32_t mask) {
+  MENDARGCHECK(ctx != NULL, ncclInvalidArgument, "NET/Resilient: set down: NULL context");
+  ((struct rnetCtx*)ctx)->testDown = mask;
+  return ncclSuccess;
+}
+
+/* Can our device d carry a new path (the service's link state and registry; tests: their mask)? */
+static int localUsable(struct rnetComm* rc, int d) {
+  if (rc->ctx->resil) return mendResilDevUsable(rc->ctx->resil, rc->ctx->rank, d) != 0;
+  return !((rc->ctx->testDown >> d) & 1);
+}
+
+/* A bridge to rank peer's device b, and our device *a to it; -1 when none. */
+static int pickBridgeTo(struct rnetComm* rc, int peer, int b, int* a) {
+  int bb = b;
+  if (rc->ctx->resil) return mendResilRelayPick(rc->ctx->resil, peer, rc->connId, b, a, &bb);
+  if (!atomic_load(&testRelay)) return -1;
+  for (int d = 0; d < rc->area->mine.nDevs; d++) {
+    if (!localUsable(rc, d) || !((rc->area->mine.validMask >> d) & 1)) continue;
+    *a = d;
+    return atomic_load(&testRelayRank);
+  }
+  return -1;
+}
+
+/* The largest message a set-up's bridge buffers: a FIFO slot (NCCL_BUFFSIZE over 8 slots). */
+static uint32_t setupSlotBytes(void) {
+  int64_t b = mendParamBuffsize() / 8;
+  return b < 1 ? RELAY_DEFAULT_BYTES : b > MEND_RELAY_MAX_BYTES ? MEND_RELAY_MAX_BYTES : (uint32_t)b;
+}
+
+int mendRnetViaStart(struct rnetComm* rc, const struct rnetHandle* h) {
+  int b = h->dev, a = -1;
+  if (localUsable(rc, b) || h->rank < 0 || h->rank == rc->ctx->rank) return 0;
+  int bridge = relayAllowed() && mendParamCrossNic() != 1 ? pickBridgeTo(rc, h->rank, b, &a) : -1;
+  if (bridge >= 0) {
+    rc->via.how = bridge;
+    atomic_store(&rc->via.ready, 0);
+    rc->via.deadlineMs = mendTimeMs() + mendRnetRebuildTimeoutMs();
+    struct mendRelayMsg m = { .magic = RNET_MAGIC, .kind = MEND_RELAY_SETUP, .path = 0, .srcRank = rc->ctx->rank,
+                              .dstRank = h->rank, .srcConn = rc->connId, .srcDev = a, .dstDev = b,
+                              .maxBytes = setupSlotBytes() };
+    memcpy(m.handle, rc->area->mine.handles[a], sizeof(m.handle));
+    memcpy(m.handle2, h->base, RNET_BASE_HANDLE_BYTES);
+    WARN("NET/Resilient: rank %d -> rank %d: our NIC %d is down and we share no working rail; setting up through "
+         "rank %d (rail %d to it, rail %d from it)", rc->ctx->rank, h->rank, b, bridge, a, b);
+    char extra[48];
+    snprintf(extra, sizeof(extra), "bridge=%d to_dev=%d", bridge, b);
+    mendResilEvent("relay", rc->ctx->rank, h->rank, a, -1, "setup", extra);
+    toBridge(rc, bridge, &m);
+  } else {
+    for (int d = 0; d < rc->area->mine.nDevs && a < 0 && mendParamCrossNic() != 0; d++)
+      if (d != b && localUsable(rc, d) && ((rc->area->mine.validMask >> d) & 1)) a = d;
+    if (a < 0) return 0;  /* no way around: the primary's rail, as it is */
+    rc->via.how = RNET_VIA_CROSS;
+    rc->via.deadlineMs = mendTimeMs() + mendRnetRebuildTimeoutMs();
+    INFO(MEND_RESIL, "NET/Resilient: rank %d -> rank %d: our NIC %d is down; setting up from NIC %d, crossing rails",
+         rc->ctx->rank, h->rank, b, a);
+  }
+  rc->area->mine.primary = a;
+  rc->area->mine.via = rc->via.how;
+  return 1;
+}
+
+ncclResult_t mendRnetViaWait(struct rnetComm* rc, int* ready) {
+  *ready = 1;
+  if (rc->via.how == RNET_VIA_CROSS && mendTimeMs() > rc->via.deadlineMs) {
+    /* Where the rails never meet, nothing connects: fail in the rebuild's bound, not the set-up's. */
+    WARN("NET/Resilient: rank %d: the crossing set-up did not connect in %lld ms: no bridge and no route between "
+         "the rails", rc->ctx->rank, (long long)mendRnetRebuildTimeoutMs());
+    return ncclSystemError;
+  }
+  if (rc->via.how < 0) return ncclSuccess;
+  int r = atomic_load(&rc->via.ready);
+  if (r == 2) return ncclSuccess;  /* taken already */
+  if (r < 0) {
+    WARN("NET/Resilient: rank %d: bridge rank %d refused to relay our set-up", rc->ctx->rank, rc->via.how);
+    return ncclSystemError;
+  }
+  if (r == 0) {
+    *ready = 0;
+    if (mendTimeMs() <= rc->via.deadlineMs) return ncclSuccess;
+    WARN("NET/Resilient: rank %d: bridge rank %d did not answer our set-up in %lld ms", rc->ctx->rank, rc->via.how,
+         (long long)mendRnetRebuildTimeoutMs());
+    return ncclSystemError;
+  }
+  memcpy(rc->paths[0].handle, rc->via.dataHandle, MEND_NET_HANDLE_MAXSIZE);
+  memcpy(rc->area->mine.viaHandle, rc->via.ctrlHandle, MEND_NET_HANDLE_MAXSIZE);
+  atomic_store(&rc->via.ready, 2);
+  return ncclSuccess;
+}
+
+struct viaAnswer {
+  int from;
+  const struct mendRelayMsg* m;
+};
+
+static void takeAnswer(struct rnetComm* rc, const void* arg) {
+  const struct viaAnswer* a = arg;
+  if (!rc->isSend || atomic_load(&rc->stage) == RNET_STAGE_READY || rc->via.how != a->from ||
+      atomic_load(&rc->via.ready) != 0) {
+    INFO(MEND_RESIL, "NET/Resilient: conn %llx: an answer from rank %d to a set-up it is not bridging: ignored",
+         (unsigned long long)rc->connId, a->from);
+    return;
+  }
+  if (a->m->kind == MEND_RELAY_READY) {
+    memcpy(rc->via.dataHandle, a->m->handle, MEND_NET_HANDLE_MAXSIZE);
+    memcpy(rc->via.ctrlHandle, a->m->handle2, MEND_NET_HANDLE_MAXSIZE);
+  }
+  atomic_store(&rc->via.ready, a->m->kind == MEND_RELAY_READY ? 1 : -1);
+}
+
+int mendRnetViaReady(struct rnetCtx* ctx, int from, const struct mendRelayMsg* m) {
+  struct viaAnswer a = { .from = from, .m = m };
+  return mendRnetWithConn(ctx, m->srcConn, takeAnswer, &a);
+}
+
+ncclResult_t mendRnetViaCheck(struct rnetComm* rc, int via) {
+  const char* why = NULL;
+  if (via == RNET_VIA_RAILS) return ncclSuccess;
+  if (via == RNET_VIA_CROSS) why = mendParamCrossNic() == 0 ? "NCCL_CROSS_NIC=0 here" : NULL;
+  else if (via >= 0) why = !relayAllowed() ? "MEND_RELAY=0 here" : !bridgeValid(rc, via) ? "not a bridge rank" : NULL;
+  else why = "unknown way";
+  if (!why) {
+    INFO(MEND_RESIL, "NET/Resilient: conn %llx from rank %d set up %s%d", (unsigned long long)rc->connId, rc->peerRank,
+         via >= 0 ? "through rank " : "crossing rails from its NIC ", via >= 0 ? via : rc->area->peer.primary);
+    return ncclSuccess;
+  }
+  WARN("NET/Resilient: conn %llx: the hello of rank %d (via %d) refused: %s", (unsigned long long)rc->connId,
+       rc->peerRank, via, why);
+  return ncclRemoteError;
 }

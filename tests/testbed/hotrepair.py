@@ -36,13 +36,14 @@ RATE = "1gbit"
 
 
 def S(hosts, rails, ppn, tool, args, faults=(), expect=None, timeout=90, sigstop=None, starve=None, load=None,
-      note="", spine=False):
+      note="", spine=False, pre=()):
     """sigstop=(rank, at, secs); starve=(rank, at, secs, stopped_ms, running_ms): the rank is stopped
     and continued in that cycle (a rank that gets a fifth of a CPU, in bursts); load=(at, secs, n): n
-    busy processes compete for the machine's CPUs; spine: the rails meet at a router."""
+    busy processes compete for the machine's CPUs; spine: the rails meet at a router; pre: faults
+    (kind, host, rail, *args) in place before the job starts."""
     return dict(hosts=hosts, rails=rails, ppn=ppn, tool=tool, args=args.split(), faults=list(faults),
                 expect=expect or {}, timeout=timeout, sigstop=sigstop, starve=starve, load=load, note=note,
-                spine=spine)
+                spine=spine, pre=list(pre))
 
 
 # fault: (at_seconds, kind, host, rail, *args); args as testbed.py's fault kinds take them.
@@ -106,6 +107,11 @@ SCENARIOS = {
                              {"detect": "link", "resume": True, "relay": True},
                              note="host 0 loses rail 0, then host 1 rail 1, under AllReduce on rails that never "
                                   "meet: host 2, which has both, relays the hops between them"),
+    "relay_setup": S(3, 2, 1, "all_reduce_perf", "-b 4M -e 4M -n 1 -w 0 -c 100", [],
+                     {"relay_setup": True, "failback": True}, pre=[("nic_down", 0, 0, 4.0), ("nic_down", 1, 1, 4.0)],
+                     note="the job starts with host 0 on rail 1 only and host 1 on rail 0 only (rails that never "
+                          "meet): their connections are set up through host 2; when the NICs return at 4 s, "
+                          "traffic fails back to the rails"),
     "relay_alltoall": S(3, 2, 1, "alltoall_perf", "-b 6M -e 6M -n 1 -w 0 -c 80",
                         [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)],
                         {"detect": "link", "resume": True, "relay": True},
@@ -188,6 +194,8 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
            "LD_LIBRARY_PATH": os.path.join(builddir, "lib")}
     t_setup = time.monotonic()
     with Testbed(sc["hosts"], sc["rails"], rate=RATE, prefix=prefix, spine=sc["spine"]) as tb:
+        for f in sc["pre"]:
+            tb.fault(*f)
         before = tb.nic_counters()
         job = tb.start([prog] + sc["args"], ranks_per_host=sc["ppn"], env=env, timeout=sc["timeout"])
         t0 = time.monotonic()
@@ -266,6 +274,9 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
         ck.check(len(resumed) > 0, name, "traffic resumed on the relay paths (%d resume events after the first "
                  "relay, %.0f ms after the second fault)" % (len(resumed), (t_relay - fault_times[-1]) * 1e3
                                                              if t_relay else -1), detail)
+    if exp.get("relay_setup"):
+        setup = [e for e in events if e.get("kind") == "relay" and e.get("cause") == "setup"]
+        ck.check(len(setup) >= 2, name, "connections were set up through a bridge (%d)" % len(setup), detail)
     if exp.get("last_kept"):
         ck.check("kept for now" in log_text(logdir), name, "a failed probe of the only live path kept it", detail)
     if exp.get("failback"):

@@ -105,7 +105,11 @@ TEST(PlanView, ConnectionNicAvoidsDownNics) {
   EXPECT_EQ(mendPlanViewConnDev(v.v, 0, all & ~1u, all), 2) << "ours down: the nearest healthy NIC";
   EXPECT_EQ(mendPlanViewConnDev(v.v, 0, all, all & ~1u), 2) << "the peer's down: the same";
   EXPECT_EQ(mendPlanViewConnDev(v.v, 0, all & ~1u, all & ~4u), 1) << "2 down at the peer: next in order";
-  EXPECT_EQ(mendPlanViewConnDev(v.v, 1, 0x1, 0x6), 1) << "none usable at both ends: the channel's";
+  // None usable at both ends (rails lost on both hosts): one usable here, where the receiver listens
+  // and a sender without that rail sets up through a bridge (src/resilience/rnet_relay.c).
+  EXPECT_EQ(mendPlanViewConnDev(v.v, 1, 0x1, 0x6), 0) << "none usable at both ends: one of ours";
+  EXPECT_EQ(mendPlanViewConnDev(v.v, 1, 0x6, 0x1), 1) << "the channel's when it is ours";
+  EXPECT_EQ(mendPlanViewConnDev(v.v, 1, 0x0, 0x6), 1) << "none of ours: the channel's";
   EXPECT_EQ(mendPlanViewConnDev(v.v, 5, all, all), -1) << "no such channel";
   v.v->ch[0].netDev = -1;
   EXPECT_EQ(mendPlanViewConnDev(v.v, 0, all, all), -1) << "a channel without a NIC";

@@ -130,6 +130,37 @@ TEST_F(RelayTest, RelayOffFailsTheConnection) {
   EXPECT_EQ(Stats(sc_).relay, -1);
 }
 
+// The connection is made while the sender's NIC of the receiver's primary rail is down (and the rails
+// never meet): the sender sets it up through the bridge, the rails start dead in its chain and the relay
+// path in the last-resort slot carries the stream.  When the rail comes back and is rebuilt, traffic
+// fails back to it.
+TEST_F(RelayTest, SetUpThroughABridgeThenFailBack) {
+  ASSERT_EQ(mendRnetSetDownForTest(ctx_, 1u << 0), ncclSuccess);  // the sender's NIC 0; the receiver listens on 0
+  Connect(0);
+  mendRnetStats s = Stats(sc_), r = Stats(rc_);
+  ASSERT_EQ(s.nPaths, 3) << "two rails, then the relay path";
+  EXPECT_EQ(s.active, 2);
+  EXPECT_EQ(r.active, 2);
+  EXPECT_EQ(s.relay, kBridge);
+  EXPECT_EQ(r.relay, kBridge);
+  EXPECT_EQ(s.dead, 2) << "both rails start dead (a NIC down, or a listen the set-up holds)";
+  EXPECT_EQ(s.localDev[2], 1);
+  EXPECT_EQ(r.localDev[2], 0);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300));
+  EXPECT_GT(Stats(rc_).msgs[2], 0u);
+  EXPECT_EQ(Bridge().running, 1);
+  ASSERT_EQ(mendRnetSetDownForTest(ctx_, 0), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(StreamAll(300, [&](int k) { if (k == 50) mendRnetRebuildPath(sc_, 0); }));
+  ASSERT_NO_FATAL_FAILURE(StreamAll(100));
+  s = Stats(sc_);
+  EXPECT_EQ(s.active, 0) << "fail-back from the relay to the rebuilt rail";
+  EXPECT_EQ(Stats(rc_).active, 0);
+  EXPECT_EQ(s.failbacks, 1u);
+  double t0 = mendtest::nowMs();
+  while (Bridge().closed < 1 && mendtest::nowMs() - t0 < 5000) usleep(1000);
+  EXPECT_EQ(Bridge().links, 0) << "the fenced relay is not rebuilt as a backup: the bridge holds nothing";
+}
+
 // What the bridge acts on: every field of a request is checked against the bridge's own ranks and
 // devices and against the rank that sent it.
 TEST_F(RelayTest, BridgeChecksEveryRequest) {
