@@ -112,6 +112,10 @@ SCENARIOS = {
                      note="the job starts with host 0 on rail 1 only and host 1 on rail 0 only (rails that never "
                           "meet): their connections are set up through host 2; when the NICs return at 4 s, "
                           "traffic fails back to the rails"),
+    "setup_no_path": S(2, 2, 1, "all_reduce_perf", "-b 1M -e 1M -n 1 -w 0 -c 5", [], {"setup_fails_within": 15.0},
+                       pre=[("nic_down", 0, 0), ("nic_down", 1, 1)],
+                       note="the same start with two hosts only: no bridge, no route between the rails; the "
+                            "set-up fails with a clear error in bounded time (not MEND_CONNECT_TIMEOUT_MS)"),
     "relay_alltoall": S(3, 2, 1, "alltoall_perf", "-b 6M -e 6M -n 1 -w 0 -c 80",
                         [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)],
                         {"detect": "link", "resume": True, "relay": True},
@@ -233,6 +237,14 @@ def run_in(name, sc, builddir, ck, logdir, prefix=None):
                                                ",".join(sorted({e.get("kind", "?") for e in events})))
     if "fail_within" in exp:
         check_last_path(name, sc, res, events, fault_times, ck, log_text(logdir))
+        return
+    if "setup_fails_within" in exp:
+        ck.check(not res.timed_out and any(r.code != 0 for r in res.ranks), name, "the set-up fails, no rank hangs",
+                 "codes %s" % [r.code for r in res.ranks])
+        ck.check(t_end - t0 <= exp["setup_fails_within"], name, "it fails %.1f s after the start (bound %.0f s)" %
+                 (t_end - t0, exp["setup_fails_within"]))
+        ck.check("did not connect" in log_text(logdir) + "".join(r.output for r in res.ranks), name,
+                 "the error says no path was found", first_error(res))
         return
     codes = [r.code for r in res.ranks]
     ck.check(res.worst_code == 0 and not res.timed_out, name, "every rank finished with exit 0",
