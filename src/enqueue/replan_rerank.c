@@ -166,8 +166,8 @@ ncclResult_t mendReplanRerank(struct mendPlanView* v, const struct mendViewHealt
              v->epoch, c);
       } else {
         WARN("re-plan epoch %u: channel %d: no ring of %d ranks whose neighbours share a usable rail; the base ring "
-             "stays (its mismatched hops ride crossing paths where the rails meet at a spine, else they have no path)",
-             v->epoch, c, n);
+             "stays (its mismatched hops ride crossing paths where the rails meet at a spine, else relay paths "
+             "through a rank of a third host with both rails)", v->epoch, c, n);
       }
     }
     ringTree(v, h, c);
