@@ -208,8 +208,11 @@ static double busiestNic(int r, int nRanks, const int* rankCap, const uint32_t* 
     if (nch[l] == 0) continue;
     double b = (double)(start[l + 1] - start[l]) / nch[l], k = lv->nMembers;
     /* A member: its ring's share (and, on a partial level, the chain: each member receives and
-     * forwards the final value); an outer rank: its input out and the result in. */
-    double bytes = l == 0 ? 2.0 * (nRanks - 1) / nRanks * b : (cap >= lv->minCap ? 2.0 * (k - 1) / k * b + b : b);
+     * forwards the final value); an outer rank: its input out and the result in, and where several
+     * outer ranks chain their inputs (gen_r2.c), every one but the first receives the previous
+     * one's sum too: 2 shares in. */
+    double outer = nRanks - k >= 2 ? 2.0 * b : b;
+    double bytes = l == 0 ? 2.0 * (nRanks - 1) / nRanks * b : (cap >= lv->minCap ? 2.0 * (k - 1) / k * b + b : outer);
     for (int i = 0; i < nch[l]; i++) load[mendReplanPlacedNic(chans[l][i], rails, rankNics[r])] += bytes;
   }
   for (int d = 0; d < rails; d++) most = load[d] > most ? load[d] : most;

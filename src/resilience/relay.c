@@ -3,10 +3,11 @@
  * of messages:
  *   sender S -> bridge:  OPEN(S's ctrl listen)
  *   bridge:              listen on S's rail (for S's data) and on R's rail (for R's acknowledgements);
- *                        REBUILD(our listen on R's rail) -> R and REBUILD_ACK(our listen on S's rail) -> S,
- *                        as the two ends' own rebuild protocol expects from each other (rnet_rebuild.c);
+ *                        REBUILD(our listen on R's rail) -> R, as S's own rebuild would (rnet_rebuild.c);
  *                        connect our ctrl comm to S's listen
- *   receiver R -> bridge: ACCEPT(R's data listen, its largest receive) ... we connect our data comm to it
+ *   receiver R -> bridge: ACCEPT(R's data listen, its largest receive): we connect our data comm to it and
+ *                        send REBUILD_ACK(our listen on S's rail) -> S, as R's own rebuild would.  Only now:
+ *                        S's REBUILT goes straight to R, which must have made its slot (it did, before ACCEPT)
  * A link for a connection being set up (SETUP) is simpler: S already has R's listen handle, so the
  * bridge connects to both ends at once and answers S with READY(its two listens); S connects its data
  * comm to the first and tells R the second in its hello (rnet_relay.c).
@@ -61,6 +62,7 @@ struct relayLink {
   void* listenDst;                       /* on dstDev: the receiver connects its ctrl comm here */
   char hsrc[MEND_NET_HANDLE_MAXSIZE];    /* the sender's ctrl listen (our ctrl out connects there) */
   char hdst[MEND_NET_HANDLE_MAXSIZE];    /* the receiver's data listen (our data out connects there) */
+  char ours[MEND_NET_HANDLE_MAXSIZE];    /* our listen on the sender's rail (REBUILD_ACK, once R accepted) */
   int haveDst;                           /* ACCEPT received */
   uint32_t maxBytes;                     /* from ACCEPT */
   struct relayDir data;                  /* sender -> receiver */
@@ -179,6 +181,7 @@ static void linkOpen(struct mendRelay* rl, const struct mendRelayMsg* m) {
   }
   l->open = *m;
   memcpy(l->hsrc, m->handle, sizeof(l->hsrc));
+  memcpy(l->ours, hsrc, sizeof(l->ours));
   if (m->kind == MEND_RELAY_SETUP) {  /* the receiver's listen is known already */
     memcpy(l->hdst, m->handle2, sizeof(l->hdst));
     l->maxBytes = m->maxBytes;
@@ -199,7 +202,6 @@ static void linkOpen(struct mendRelay* rl, const struct mendRelayMsg* m) {
   }
   int code = (int)(MEND_RELAY_TAG | (uint32_t)m->srcDev << 8 | (uint32_t)m->dstDev);
   notify(rl, m->dstRank, RNET_NOTE_REBUILD, m->dstConn, m->path, code, hdst);
-  notify(rl, m->srcRank, RNET_NOTE_REBUILD_ACK, m->srcConn, m->path, 0, hsrc);
 }
 
 /* ACCEPT: the receiver's data listen; the link connects to it. */
@@ -214,6 +216,7 @@ static void linkAccept(struct mendRelay* rl, int from, const struct mendRelayMsg
   memcpy(l->hdst, m->handle, sizeof(l->hdst));
   l->maxBytes = m->maxBytes;
   l->haveDst = 1;
+  notify(rl, l->open.srcRank, RNET_NOTE_REBUILD_ACK, l->open.srcConn, l->open.path, 0, l->ours);
 }
 
 /* A direction's buffers, once its two comms are up. */
