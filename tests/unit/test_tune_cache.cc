@@ -25,6 +25,8 @@ extern "C" {
 
 using mendtest::ScopedEnv;
 using mendtest::World;
+using mendtest::choose;
+using mendtest::kGiB;
 using mendtest::setCaps;
 
 namespace {
@@ -33,15 +35,6 @@ mendPlanner* planner(World& w) {
   mendPlanner* pl = nullptr;
   EXPECT_EQ(mendPlannerGet(w.comm(0), &pl), ncclSuccess);
   return pl;
-}
-
-mendReplanChoice choose(World& w, size_t bytes) {
-  const mendPlanView* view = nullptr;
-  mendReplanChoice c;
-  memset(&c, 0xff, sizeof(c));
-  EXPECT_EQ(mendPlannerViewAt(w.comm(0), 1u << 30, &view), ncclSuccess);
-  EXPECT_EQ(mendTuneAllReduce(w.comm(0), planner(w), view, bytes, &c), ncclSuccess);
-  return c;
 }
 
 mendTuneCacheStats stats(World& w) {
@@ -185,7 +178,6 @@ TEST(TuneCache, SplitFromSummaryEqualsSort) {
 
 TEST(TuneCache, NewViewInvalidates) {
   World w(6, 4);
-  const size_t kGiB = (size_t)1 << 30;
   setCaps(w, {1000, 1000, 300, 1000, 1000, 1000});
   EXPECT_EQ(choose(w, kGiB).replan, MEND_REPLAN_R2);
   choose(w, 4096);

@@ -1,4 +1,5 @@
-// Unit-test helper: every rank of a loopback world plans under a degraded plan view from its next op.
+// Unit-test helpers: every rank of a loopback world plans under a degraded plan view from its next op;
+// the AllReduce schedule rank 0 chooses under it.
 #ifndef MEND_TESTS_UNIT_VIEW_UTIL_H_
 #define MEND_TESTS_UNIT_VIEW_UTIL_H_
 
@@ -10,6 +11,7 @@
 
 #include "enqueue/plan.h"
 #include "enqueue/planview.h"
+#include "enqueue/tuning.h"
 #include "loopback_world.h"
 
 namespace mendtest {
@@ -29,6 +31,20 @@ inline void setCaps(World& w, const std::vector<int>& caps, const std::vector<ui
     ASSERT_EQ(mendPlanViewSeal(v), ncclSuccess);
     ASSERT_EQ(mendPlannerSetView(w.comm(r), v), ncclSuccess);
   }
+}
+
+const size_t kGiB = (size_t)1 << 30;
+
+// The choice rank 0 of w makes for an AllReduce of `bytes` under its view in force.
+inline mendReplanChoice choose(World& w, size_t bytes) {
+  mendPlanner* pl = nullptr;
+  const mendPlanView* view = nullptr;
+  mendReplanChoice c;
+  memset(&c, 0xff, sizeof(c));
+  EXPECT_EQ(mendPlannerGet(w.comm(0), &pl), ncclSuccess);
+  EXPECT_EQ(mendPlannerViewAt(w.comm(0), 1u << 30, &view), ncclSuccess);
+  EXPECT_EQ(mendTuneAllReduce(w.comm(0), pl, view, bytes, &c), ncclSuccess);
+  return c;
 }
 
 }  // namespace mendtest
