@@ -49,17 +49,25 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    m.u.health.verdict, m.u.health.reporter);
         break;
       case RESIL_MSG_RELAY: {
-        /* What a bridge (rank 0 here, the message from rank 1) takes: every field it uses in range. */
+        /* Rank 0 takes it from rank 1: as a bridge (OPEN, ACCEPT, SETUP: two other ranks, the
+         * sender the end the kind names, devices its own) or as a sender setting up (READY, REFUSED:
+         * about rank 0, from a third rank); every field either side uses in range. */
         const char* why = NULL;
         const struct mendRelayMsg* r = &m.u.relay;
         if (!mendRelayMsgCheck(r, 1, 0, FUZZ_RANKS, FUZZ_DEVS, &why)) {
           if (why == NULL) abort();
           break;
         }
-        if (r->srcRank < 1 || r->srcRank >= FUZZ_RANKS || r->dstRank < 1 || r->dstRank >= FUZZ_RANKS ||
-            r->srcRank == r->dstRank || r->srcDev < 0 || r->srcDev >= FUZZ_DEVS || r->dstDev < 0 ||
-            r->dstDev >= FUZZ_DEVS || r->path >= MEND_RNET_MAX_SLOTS ||
-            (r->kind == MEND_RELAY_ACCEPT && (r->maxBytes == 0 || r->maxBytes > MEND_RELAY_MAX_BYTES)))
+        int answer = r->kind == MEND_RELAY_READY || r->kind == MEND_RELAY_REFUSED;
+        int ranksOk = answer ? r->srcRank == 0 && r->dstRank > 1 && r->dstRank < FUZZ_RANKS
+                             : r->srcRank >= 1 && r->srcRank < FUZZ_RANKS && r->dstRank >= 1 &&
+                                   r->dstRank < FUZZ_RANKS && r->srcRank != r->dstRank &&
+                                   (r->kind == MEND_RELAY_ACCEPT ? r->dstRank : r->srcRank) == 1;
+        int devsOk = r->srcDev >= 0 && r->srcDev < FUZZ_DEVS && r->dstDev >= 0 &&
+                     r->dstDev < (answer ? MEND_RNET_MAX_PATHS : FUZZ_DEVS);
+        int sizeOk = answer || r->kind == MEND_RELAY_OPEN || (r->maxBytes > 0 && r->maxBytes <= MEND_RELAY_MAX_BYTES);
+        if (r->kind < MEND_RELAY_OPEN || r->kind > MEND_RELAY_REFUSED || !ranksOk || !devsOk || !sizeOk ||
+            r->path >= MEND_RNET_MAX_SLOTS)
           abort();
         break;
       }
@@ -102,6 +110,9 @@ void fuzzSeeds(struct fuzzSeeds* s) {
   m.type = RESIL_MSG_RELAY;  /* rank 1 asks the bridge (0) to relay its path 2 to rank 3 */
   m.u.relay = (struct mendRelayMsg){.magic = RNET_MAGIC, .kind = MEND_RELAY_OPEN, .path = 2, .srcRank = 1,
                                     .dstRank = 3, .srcConn = 7, .dstConn = 9, .srcDev = 0, .dstDev = 1};
+  fuzzPut(&b, &m, sizeof(m));
+  m.u.relay = (struct mendRelayMsg){.magic = RNET_MAGIC, .kind = MEND_RELAY_READY, .path = 0, .srcRank = 0,
+                                    .dstRank = 2, .srcConn = 5, .srcDev = 1, .dstDev = 0};  /* bridge 1 answers us */
   fuzzPut(&b, &m, sizeof(m));
   fuzzSeedWrite(s, b.data, b.len);
 }
