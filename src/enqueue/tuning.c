@@ -441,8 +441,18 @@ static void logChoice(const struct mendReplanChoice* c, size_t nBytes, int force
        c->costUs[MEND_REPLAN_R2], c->costUs[MEND_REPLAN_RECURSIVE], forced ? " [MEND_REPLAN]" : "");
 }
 
+/* The chunk of an R2 plan's chains over nCh channels: small enough to keep them pipelined (as for
+ * trees), at most a FIFO slot. */
+static size_t r2Chunk(size_t nBytes, int nCh) {
+  int64_t forced = mendParamChunksize();
+  size_t slot = (size_t)(mendParamBuffsize() > 0 ? mendParamBuffsize() : 4194304) / MEND_FIFO_SLOTS;
+  size_t chunk = nBytes / (size_t)(nCh > 0 ? nCh : 1) / 8;
+  if (chunk < (64u << 10)) chunk = 64u << 10;
+  return forced > 0 ? (size_t)forced : (chunk < slot ? chunk : slot);
+}
+
 /* Channels and chunk of an R2 plan: at least one channel per level with data where the
- * communicator has them, chunks that keep the chains pipelined (as for trees). */
+ * communicator has them. */
 static void r2Shape(struct ncclComm* comm, size_t nBytes, int nCh, struct mendReplanChoice* c) {
   int levels = 0;
   for (int l = 0; l < c->split.nLevels; l++) levels += c->split.lv[l].share > 0;
@@ -450,11 +460,7 @@ static void r2Shape(struct ncclComm* comm, size_t nBytes, int nCh, struct mendRe
   int want = levels < comm->nChannels ? levels : comm->nChannels;
   if (maxC > 0 && want > maxC) want = (int)maxC;
   c->nChannels = nCh > want ? nCh : want;
-  int64_t forced = mendParamChunksize();
-  size_t slot = (size_t)(mendParamBuffsize() > 0 ? mendParamBuffsize() : 4194304) / MEND_FIFO_SLOTS;
-  size_t chunk = nBytes / (size_t)c->nChannels / 8;
-  if (chunk < (64u << 10)) chunk = 64u << 10;
-  c->chunkBytes = forced > 0 ? (size_t)forced : (chunk < slot ? chunk : slot);
+  c->chunkBytes = r2Chunk(nBytes, c->nChannels);
 }
 
 /* A split's time at least what its busiest NIC needs where the layout puts its bytes. */
@@ -600,7 +606,7 @@ static void chooseAllReduce(struct ncclComm* comm, const struct mendTuneViewSum*
   const struct mendKindCost* k = kindCost(calibOf(comm), kind);
   double bw = nCh * k->bwChannel < k->bwMax ? nCh * k->bwChannel : k->bwMax;
   struct mendR2ModelIn m = {.nRanks = n, .rankCap = sum->rankCap, .nBytes = (double)nBytes, .alphaUs = k->alphaUs,
-                            .bytesPerUs = bw * 1e3};
+                            .bytesPerUs = bw * 1e3, .chunkBytes = (double)r2Chunk(nBytes, nCh)};
   struct mendR2Split r2, rec;
   int ringOk = (key->algos >> MEND_ALGO_RING) & 1;
   int r2Ok = ringOk && mendR2BestSplitCaps(&m, &sum->caps, 1, 1, &r2);

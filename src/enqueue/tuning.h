@@ -97,10 +97,12 @@ struct mendR2ModelIn {
   double nBytes;      /* bytes of the AllReduce */
   double alphaUs;     /* cost of one hop */
   double bytesPerUs;  /* a healthy rank's bandwidth */
+  double chunkBytes;  /* the chains' pipeline chunk: a chain fills over n - 1 hops first (0: not counted) */
 };
 /* The model's time for a split: R2CCL's T = max(T1, T2) + T3 generalized to levels that use
  * disjoint slices of their members' bandwidth: the longest ring (2(k-1) alpha + 2(k-1)/k x share x
- * S / (rate x bw)) plus the longest chain (n alpha + share x S / (rate x bw), the paper's T3 = YD/(XB)). */
+ * S / (rate x bw)) plus the longest chain (n alpha + share x S / (rate x bw), the paper's T3 = YD/(XB),
+ * plus its pipeline's fill: n - 1 chunks at that rate). */
 double mendR2CostUs(const struct mendR2ModelIn* in, const struct mendR2Split* split);
 /* The split with minPartial..maxPartial partial levels of least modelled time: levels are subsets
  * of the distinct capacities above the slowest one (at most MEND_R2_MAX_CANDIDATES of them, those

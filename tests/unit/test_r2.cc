@@ -167,7 +167,7 @@ TEST(ProgramR2, RejectsLevelsItCannotSchedule) {
 namespace {
 
 mendR2ModelIn modelIn(const std::vector<int>& caps, double alphaUs = 0) {
-  mendR2ModelIn in;
+  mendR2ModelIn in = {};
   in.nRanks = (int)caps.size();
   in.rankCap = caps.data();
   in.nBytes = 1e9;
@@ -276,6 +276,22 @@ TEST(R2Model, RecursiveLevelsAreOptimalForTheirThresholds) {
     EXPECT_LE(chosen, best * (1 + 1e-9)) << "a grid point beats the model's shares";
     EXPECT_GE(chosen, best * (1 - 0.02)) << "the grid comes within 2%";
   }
+}
+
+// A chain fills its pipeline before its last chunk leaves: n - 1 chunk times at the level's rate
+// more than its bytes alone (tuning_r2.c); without a chunk the model is the paper's.
+TEST(R2Model, ChainFillsItsPipeline) {
+  std::vector<int> caps = {500, 1000, 1000, 1000};
+  mendR2ModelIn in = modelIn(caps);
+  mendR2Split s;
+  ASSERT_EQ(mendR2BestSplit(&in, 1, 1, &s), 1);
+  ASSERT_EQ(s.nLevels, 2);
+  double paper = mendR2CostUs(&in, &s), rate = s.lv[1].rate / 1000.0 * in.bytesPerUs;
+  in.chunkBytes = 1 << 16;
+  double filled = mendR2CostUs(&in, &s);
+  EXPECT_NEAR(filled - paper, 3 * 65536.0 / rate, 1e-9 * filled);
+  in.chunkBytes = 1e30;  // a chunk larger than the level's bytes is the whole share
+  EXPECT_NEAR(mendR2CostUs(&in, &s) - paper, 3 * s.lv[1].share * in.nBytes / rate, 1e-9 * filled);
 }
 
 TEST(R2Model, NothingToSplitWhenAllRanksAreAlike) {

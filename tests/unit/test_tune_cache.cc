@@ -105,7 +105,7 @@ namespace {
 // The split search as it was before summaries: sort every rank's capacity, pick candidates, count
 // members by walking the ranks.  Here only to check the summary against.
 int referenceSplit(const std::vector<int>& rankCap, int minPartial, int maxPartial, mendR2Split* out) {
-  mendR2ModelIn in;
+  mendR2ModelIn in = {};
   in.nRanks = (int)rankCap.size();
   in.rankCap = rankCap.data();
   in.nBytes = 1e9;
@@ -160,7 +160,7 @@ TEST(TuneCache, SplitFromSummaryEqualsSort) {
     for (int k = 0; k < kinds; k++) pool.push_back((int)(rng() % 1002) - 1);  // -1..1000
     std::vector<int> caps;
     for (int r = 0; r < n; r++) caps.push_back(rng() % 3 ? 1000 : pool[rng() % pool.size()]);
-    mendR2ModelIn in;
+    mendR2ModelIn in = {};
     in.nRanks = n;
     in.rankCap = caps.data();
     in.nBytes = 1e9;
