@@ -32,7 +32,8 @@
 #define RELAY_CTRL_BYTES sizeof(struct rnetHello) /* a control message, or the receiver's hello at set-up */
 #define RELAY_MIN_BYTES (64u << 10) /* buffers are at least this large */
 #define RELAY_IDLE_SPINS 64      /* idle passes before the thread naps */
-#define RELAY_NAP_NS 20000       /* its nap while links are open */
+#define RELAY_NAP_NS 20000       /* its nap while links are open and moved lately ... */
+#define RELAY_NAP_MAX_NS 500000  /* ... growing to this after long idleness (a relay's CPU on the bridge) */
 #define RELAY_WAIT_MS 100        /* its wait while none is */
 
 enum relayStage {
@@ -338,12 +339,20 @@ static void applyInbox(struct mendRelay* rl) {
   }
 }
 
-static void nap(struct mendRelay* rl) {
+/* Idle passes in a row -> nap: 20 us while traffic is recent (a message waits at most that long
+ * at the bridge), doubling every 1024 naps to 500 us after about half a second of nothing. */
+static long napNs(int idle) {
+  long ns = RELAY_NAP_NS;
+  for (int k = idle / 1024; k > 0 && ns < RELAY_NAP_MAX_NS; k--) ns *= 2;
+  return ns < RELAY_NAP_MAX_NS ? ns : RELAY_NAP_MAX_NS;
+}
+
+static void nap(struct mendRelay* rl, int idle) {
   pthread_mutex_lock(&rl->lock);
   if (!rl->inHead && !atomic_load(&rl->stop)) {
     if (rl->links) {
       pthread_mutex_unlock(&rl->lock);
-      struct timespec ts = { 0, RELAY_NAP_NS };
+      struct timespec ts = { 0, napNs(idle) };
       nanosleep(&ts, NULL);
       return;
     }
@@ -371,8 +380,8 @@ static void* relayMain(void* arg) {
       }
       pp = &(*pp)->next;
     }
-    idle = moved ? 0 : idle + 1;
-    if (idle > RELAY_IDLE_SPINS) nap(rl);
+    idle = moved ? 0 : idle < (1 << 20) ? idle + 1 : idle;
+    if (idle > RELAY_IDLE_SPINS) nap(rl, idle - RELAY_IDLE_SPINS);
   }
   while (rl->links) unlinkClose(rl, &rl->links, "the communicator is closing");
   return NULL;

@@ -19,7 +19,8 @@
 #include "nccl.h"
 #include "transport/net.h"
 
-#define MEND_RELAY_MAX_BYTES (64u << 20) /* largest message a bridge buffers (a slot of NCCL_BUFFSIZE) */
+#define MEND_RELAY_MAX_BYTES (8u << 20)  /* largest message a bridge buffers: a slot of NCCL_BUFFSIZE (64 MiB
+                                            over 8 slots); a link holds 8 of them each way at most */
 #define MEND_RELAY_SLOTS 8               /* messages in flight per direction of a link (the FIFO's 8 slots) */
 #define MEND_RELAY_TAG 0x524c0000u       /* "RL" in the top half of a REBUILD's cause: the bridge's relay path,
                                             RELAY_TAG | srcDev << 8 | dstDev (rnet_cross.c has "CR") */

@@ -103,6 +103,9 @@ void mendRnetRelayOpen(struct rnetComm* rc, int p, const void* handle) {
 void mendRnetRelayAccept(struct rnetComm* rc, int p, const void* handle) {
   const struct rnetPath* path = rc->paths + p;
   uint32_t most = rc->maxRecvBytes ? rc->maxRecvBytes : RELAY_DEFAULT_BYTES;
+  if (most > MEND_RELAY_MAX_BYTES)
+    WARN_ONCE("NET/Resilient: receives of %u bytes are posted, a bridge buffers at most %u per message: a relay "
+              "path fails on a larger one (NCCL_BUFFSIZE above 64 MiB)", most, MEND_RELAY_MAX_BYTES);
   struct mendRelayMsg m = { .magic = RNET_MAGIC, .kind = MEND_RELAY_ACCEPT, .path = (uint16_t)p,
                             .srcRank = rc->peerRank, .dstRank = rc->ctx->rank, .srcConn = rc->peerConnId,
                             .dstConn = rc->connId, .srcDev = path->remoteDev, .dstDev = path->localDev,
