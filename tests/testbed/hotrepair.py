@@ -102,7 +102,7 @@ SCENARIOS = {
                        [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)], {"fail_within": 20.0},
                        note="the same without a spine and without a third host: no path at all, a clear error "
                             "in bounded time"),
-    "rail_mismatch_relay": S(3, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 60",
+    "rail_mismatch_relay": S(3, 2, 1, "all_reduce_perf", "-b 8M -e 8M -n 1 -w 0 -c 40",
                              [(1.5, "nic_down", 0, 0), (3.0, "nic_down", 1, 1)],
                              {"detect": "link", "resume": True, "relay": True},
                              note="host 0 loses rail 0, then host 1 rail 1, under AllReduce on rails that never "
