@@ -291,6 +291,19 @@ class RnetTest : public ::testing::Test {
     return R->test(*req, &done, &size);
   }
 
+  // The receiver's calls fail (it stopped waiting for a path) before boundMs after t0: what it
+  // returned, the last call's.
+  ncclResult_t RecvUntilFailing(double t0, double boundMs) {
+    void* q = nullptr;
+    char b[8];
+    size_t sz = sizeof(b);
+    int tag = 0;
+    void* bp = b;
+    ncclResult_t rr = ncclSuccess;
+    while (rr == ncclSuccess && mendtest::nowMs() - t0 < boundMs) rr = R->irecv(rc_, 1, &bp, &sz, &tag, nullptr, &q);
+    return rr;
+  }
+
   // Stream (above) that must deliver all n messages.
   void StreamAll(int n, std::function<void(int)> action = nullptr) {
     int got = 0;

@@ -362,14 +362,7 @@ TEST_F(RnetTest, CrossingThatCannotBeBuiltFailsBothEnds) {
   });
   EXPECT_TRUE(res == ncclRemoteError || res == ncclSystemError) << "got " << res;
   EXPECT_LT(got, 400);
-  void* q = nullptr;
-  char b[8];
-  size_t sz = sizeof(b);
-  int tag = 0;
-  void* bp = b;
-  ncclResult_t rr = ncclSuccess;
-  while (rr == ncclSuccess && nowMs() - t0 < 4000) rr = R->irecv(rc_, 1, &bp, &sz, &tag, nullptr, &q);
-  EXPECT_NE(rr, ncclSuccess) << "the receiver must stop waiting once the crossing failed";
+  EXPECT_NE(RecvUntilFailing(t0, 4000), ncclSuccess) << "the receiver must stop waiting once the crossing failed";
   EXPECT_LT(nowMs() - t0, 4000);
 }
 
