@@ -279,25 +279,9 @@ static ncclResult_t watchIdle(struct rnetComm* rc, int force, int* moved) {
   return ncclSuccess;
 }
 
-/* Sender: is it worth looking for acknowledgements now?  Each look is a receive test (a system
- * call).  A receiver holds the acknowledgement of small messages until it has 6, or waits, or 1 ms
- * passed (README, "Acknowledgements"); larger messages are acknowledged at once.  So look every
- * time when a batch may be there or a large message is out, else every RNET_CTRL_LOOK_NS: an
- * acknowledgement read that much later delays no slot (the FIFO has room for the batch) and nothing
- * the detector measures (its floor is 10 ms). */
-#define RNET_CTRL_LOOK_NS 20000
-
-static int ctrlLookDue(struct rnetComm* rc, uint64_t now) {
-  uint64_t out = rc->nIssued - rc->nDone;
-  if (out == 0) return 0;
-  if (rc->ackDelayNs == 0 || out >= RNET_ACK_BATCH || now - rc->lastCtrlLookNs >= RNET_CTRL_LOOK_NS) return 1;
-  return rc->reqs[rc->nDone % RNET_WINDOW].size >= RNET_ACK_BYTES ||
-         rc->reqs[(rc->nIssued - 1) % RNET_WINDOW].size >= RNET_ACK_BYTES;
-}
-
 static ncclResult_t sendPath(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
-  /* Data first: a message waiting to go out is on the critical path, acknowledgements are not. */
+  MENDCHECK(ctrlSenderSide(rc, p));
   while (!rc->waitResume && rc->nIssued < rc->nPosted) {
     struct rnetReq* r = rc->reqs + rc->nIssued % RNET_WINDOW;
     void* req = NULL;
@@ -317,11 +301,6 @@ static ncclResult_t sendPath(struct rnetComm* rc, int p) {
       r->base = NULL;
     }
     rc->nBaseDone++;
-  }
-  uint64_t now = mendTimeNs();
-  if (ctrlLookDue(rc, now)) {
-    rc->lastCtrlLookNs = now;
-    MENDCHECK(ctrlSenderSide(rc, p));
   }
   return ncclSuccess;
 }

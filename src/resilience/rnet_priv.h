@@ -275,7 +275,6 @@ struct rnetComm {
   pthread_mutex_t lock;                           /* one thread at a time: the proxy's calls or the service */
   int64_t lastKillNoticeMs;                       /* sender: last re-sent KILL while waiting for a RESUME */
   uint64_t lastWatchNs;                           /* sender: last look at the idle paths' receives */
-  uint64_t lastCtrlLookNs;                        /* sender: last look for acknowledgements on the active path */
   struct rnetComm* next;                          /* in ctx's list of comms (OOB notices, link events) */
 };
 
