@@ -220,6 +220,17 @@ static double crowdedSteps(const struct mendCostIn* in, int algo) {
   return 2.0 * (depthOf(n) - 1) + 2.0 * (chunks - 1);
 }
 
+/* A ring hop's latency.  Between hosts a ring keeps each host's ranks together (graph/channels.c), so
+ * of its n hops only nNodes cross the network and the others are a host's shared memory: 64 servers
+ * x 8 GPUs on mend-sim, 256 MiB: the ring 2.8 ms against the tree's 6.0, where pricing its 1,022
+ * steps at the network's latency made the model pick the tree. */
+static double ringHopUs(const struct mendCostIn* in, const struct mendCalib* cal, double netUs) {
+  int n = in->nRanks, h = in->nNodes;
+  if (in->kind != MEND_TRANSPORT_NET || h <= 1 || h >= n) return netUs;
+  double shmUs = kindCost(cal, MEND_TRANSPORT_SHM)->alphaUs;
+  return (h * netUs + (n - h) * (shmUs < netUs ? shmUs : netUs)) / n;
+}
+
 double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   int n = in->nRanks, kind = in->kind < 0 || in->kind > 2 ? MEND_TRANSPORT_NET : in->kind;
   const struct mendCalib* cal = calibIn(in);
@@ -236,13 +247,13 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   double alpha = k->alphaUs + hand;
   double perUs = bw * 1e3 / crowd; /* bytes per microsecond */
   double redUs = cal->reduceGBs * 1e3 / crowd; /* bytes a rank reduces per microsecond */
-  double S = (double)in->nBytes, a = k->alphaUs;
+  double S = (double)in->nBytes, a = k->alphaUs, aRing = ringHopUs(in, cal, a), ringAlpha = aRing + hand;
   if (n <= 1) return S / (kindCost(cal, MEND_TRANSPORT_P2P)->bwMax * 1e3);
   /* Reductions run on the rank's CPU beside the transfers: their bytes at the reduce rate add up. */
   switch (in->func) {
   case MEND_FUNC_ALLREDUCE:
     if (algo == MEND_ALGO_RING)
-      return 2.0 * (n - 1) * a + hand * crowdedSteps(in, algo) + 2.0 * (n - 1) / n * S / perUs +
+      return 2.0 * (n - 1) * aRing + hand * crowdedSteps(in, algo) + 2.0 * (n - 1) / n * S / perUs +
              (n - 1.0) / n * S / redUs;
     if (algo == MEND_ALGO_TREE) {
       double f = kind == MEND_TRANSPORT_NET ? treeNicFactor(in) : 1.0;
@@ -262,13 +273,13 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
       int hops = rdHops(n);
       return hops * alpha + (n - 1.0) / n * S / perUs + (double)(n - 1 - hops) / n * S / perUs;
     }
-    return algo == MEND_ALGO_RING ? (n - 1) * alpha + (double)(n - 1) / n * S / perUs : -1;
+    return algo == MEND_ALGO_RING ? (n - 1) * ringAlpha + (double)(n - 1) / n * S / perUs : -1;
   case MEND_FUNC_REDUCESCATTER:
-    return algo == MEND_ALGO_RING ? (n - 1) * alpha + (double)(n - 1) / n * S * (1 / perUs + 1 / redUs) : -1;
+    return algo == MEND_ALGO_RING ? (n - 1) * ringAlpha + (double)(n - 1) / n * S * (1 / perUs + 1 / redUs) : -1;
   case MEND_FUNC_BROADCAST:
-    return algo == MEND_ALGO_RING ? (n - 1) * alpha + S / perUs : -1;
+    return algo == MEND_ALGO_RING ? (n - 1) * ringAlpha + S / perUs : -1;
   case MEND_FUNC_REDUCE:
-    return algo == MEND_ALGO_RING ? (n - 1) * alpha + S / perUs + S / redUs : -1;
+    return algo == MEND_ALGO_RING ? (n - 1) * ringAlpha + S / perUs + S / redUs : -1;
   default:
     return algo == MEND_ALGO_P2P ? alpha + S / (k->bwChannel * 1e3) : -1;
   }

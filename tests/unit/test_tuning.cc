@@ -208,6 +208,30 @@ TEST(TuningModel, TreeFillsItsPipeline) {
   EXPECT_EQ(fill(128, MEND_TRANSPORT_NET, 0), 0.0);
 }
 
+// A ring between hosts keeps each host's ranks together: only one hop in n / nNodes crosses the
+// network, the others pay shared memory's latency.  64 hosts x 8 ranks: the ring's latency term
+// falls from 2 x 511 network hops to 2 x 511 hops at the mix; one rank per host (or one host) keeps
+// the network's for every hop.
+TEST(TuningModel, RingPaysTheNetworkOnlyBetweenHosts) {
+  const int MEND_TRANSPORT_NET = 2;  // enum mendTransportKind (C-only header)
+  mendCostIn in = {MEND_FUNC_ALLREDUCE, 8, 512, MEND_TRANSPORT_NET, 1, 0};
+  in.nNodes = 512;
+  double perRank = mendTuneCostUs(&in, MEND_ALGO_RING);
+  in.nNodes = 64;
+  double perHost = mendTuneCostUs(&in, MEND_ALGO_RING);
+  const mendCalib* c = mendCalibGet();
+  double net = c->kind[MEND_TRANSPORT_NET].alphaUs, shm = c->kind[1].alphaUs;
+  EXPECT_NEAR(perRank - perHost, 2.0 * 511 * (net - (64 * net + 448 * shm) / 512), 1e-6 * perRank);
+  double tree64 = mendTuneCostUs(&in, MEND_ALGO_TREE);
+  in.nNodes = 512;
+  EXPECT_DOUBLE_EQ(mendTuneCostUs(&in, MEND_ALGO_TREE), tree64) << "a tree's latency is not the ring's";
+  in.func = MEND_FUNC_ALLGATHER;
+  in.nNodes = 512;
+  double agRank = mendTuneCostUs(&in, MEND_ALGO_RING);
+  in.nNodes = 64;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), agRank);
+}
+
 // The choice follows NCCL_ALGO (also per function) and the cost model otherwise.
 TEST(TuningChoice, FollowsEnvAndModel) {
   struct Case { const char* env; size_t bytes; int n; int want; };
