@@ -5,7 +5,9 @@ k = 1..K random NIC failures over S servers x N NICs (fixed seeds: pattern p of 
 random.Random(1000 * k + p)); for each pattern the AllReduce is simulated under MEND_REPLAN=backup,
 balance and auto (the cost model's choice: Balance, R2 or recursive).  Servers are simulated with
 one rank each (sim/README.md says why: Mend's ranks of a server share its NICs, and a ring crosses
-each server boundary once per channel, so the inter-server traffic is the same within 2(n-1)/n).
+each server boundary once per channel, so the inter-server traffic is the same within 2(n-1)/n), or
+with --rank-per-gpu a rank per GPU (servers x gpus ranks, each using all its server's NICs, as
+Mend's graph builds them; hops within a server over its shared-memory link), the same AllReduce.
 
 Iteration model (stated, not R2CCL's code): 7B parameters, bf16 gradients, TP = 4 inside a server
 (R2CCL: two TP groups per 8-GPU server), so each server's NICs carry the data-parallel AllReduce of
@@ -36,6 +38,8 @@ MODES = ("backup", "balance", "auto")
 
 def simulate(args, faults, mode):
     topo = "servers=%d;nics=%d;gbps=%g" % (args.servers, args.nics, args.gbps)
+    if args.rank_per_gpu:
+        topo += ";gpus=%d" % args.gpus
     topo += "".join(";down=%d,%d" % f for f in faults)
     cmd = [args.sim, "-e", topo, "--bytes", str(args.bytes), "--replan", mode, "--shm-gbps", "3600",
            "--latency-us", "2.5", "--goodput", "1"]
@@ -59,7 +63,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sim", default="build/bin/mend-sim")
     ap.add_argument("--servers", type=int, default=64)
-    ap.add_argument("--gpus", type=int, default=8, help="GPUs per server (iteration model)")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs per server (iteration model; ranks with --rank-per-gpu)")
+    ap.add_argument("--rank-per-gpu", action="store_true",
+                    help="simulate a rank per GPU (servers x gpus ranks, sharing their server's NICs) instead of one "
+                         "rank per server; the AllReduce is the same size")
     ap.add_argument("--nics", type=int, default=8)
     ap.add_argument("--gbps", type=float, default=200)
     ap.add_argument("--kmax", type=int, default=10)
@@ -122,8 +129,9 @@ def plot(args, mean):
         ax[0].plot(ks, [mean[(k, m)][0] for k in ks], marker="o", label="Mend " + m)
         ax[1].plot(ks, [100 * mean[(k, m)][1] for k in ks], marker="o", label="Mend " + m)
     ax[1].plot([1, 10], [1.5, 4.3], "k--", marker="s", label="R2CCL Fig. 10 (1.5 % .. 4.3 %)")
+    ranks = "%d ranks per server" % args.gpus if args.rank_per_gpu else "a rank per server"
     ax[0].set(xlabel="NIC failures k", ylabel="AllReduce time / healthy",
-              title="%d servers x %d NICs x %g Gbit/s" % (args.servers, args.nics, args.gbps))
+              title="%d servers x %d NICs x %g Gbit/s, %s" % (args.servers, args.nics, args.gbps, ranks))
     ax[1].set(xlabel="NIC failures k", ylabel="iteration overhead (%)",
               title="7B model, %d GPUs (iteration model)" % (args.servers * args.gpus))
     for a in ax:
