@@ -499,9 +499,17 @@ static int indexLanding(int nServers) {
     for (int j = 0; j < works[i].prog->nPeers; j++) n += works[i].prog->peers[j].dir == MEND_SEND;
   landing = malloc(sizeof(*landing) * (size_t)(n ? n : 1));
   if (landingStart == NULL || landing == NULL) return -1;
-  for (int i = 0; i < nWorks; i++)
-    for (int j = 0; j < works[i].prog->nPeers; j++)
-      if (works[i].prog->peers[j].dir == MEND_SEND) landingStart[works[i].out[j].toHost + 1]++;
+  for (int i = 0; i < nWorks; i++) {
+    for (int j = 0; j < works[i].prog->nPeers; j++) {
+      if (works[i].prog->peers[j].dir != MEND_SEND) continue;
+      if (works[i].out[j].to == NULL) {
+        fprintf(stderr, "mend-sim: rank %d channel %d: no receiver for its segments to rank %d\n", works[i].rank,
+                works[i].channel, works[i].prog->peers[j].rank);
+        return -1;
+      }
+      landingStart[works[i].out[j].toHost + 1]++;
+    }
+  }
   for (int h = 0; h < nHosts; h++) landingStart[h + 1] += landingStart[h];
   int* at = malloc(sizeof(*at) * (size_t)(nHosts ? nHosts : 1));
   if (at == NULL) return -1;
