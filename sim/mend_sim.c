@@ -19,21 +19,29 @@
  * server's).
  *
  * Connectors are TCP streams: one sender actor per send connector puts its segments one after
- * another, in posting order, each with a blocking put (so at most one segment of a connector is on
- * the wire, and a stream's bytes do not share its links with themselves); the connector's receiver
- * delivers each segment to the receiving work the route's latency after its last byte left (the
- * stream's next segment is already flowing then: latency is paid once per segment's path, not
- * between segments).  The FIFO: the work queues a segment to its sender (a ring and semaphores, no
- * simulated time, no link) and blocks only while SIM_SLOTS of its segments are not yet delivered.
+ * another, in posting order, each waited for (so at most one segment of a connector is on the wire,
+ * and a stream's bytes do not share its links with themselves); the receiving work gets each one and
+ * waits the route's latency after its last byte left (the stream's next segment is already flowing
+ * then: latency is paid once per segment's path, not between segments).  The FIFO: the work queues
+ * a segment to its sender (a ring, no simulated time, no link) and blocks only while SIM_SLOTS of
+ * its segments are not yet delivered.
  *
  * NICs per hop: a connector's bytes use the NIC of its own hop.  A hop from rank a to rank b on
  * channel c between servers uses device d = mendReplanHopNic(c, a, b) at both ends (the rail
  * re-planning models; the resilient net pairs NIC i with NIC i): the connector's sender is on host
- * h<server(a)>_<d>, its receiver on h<server(b)>_<d>, and the receiver tells the receiving work
- * through a semaphore (no bytes, no link).  A hop with no NIC (d < 0) uses the work's home host,
- * the NIC of its first inter-server hop; a hop within a server, the home NIC's shared-memory host
- * (the server's shared-memory link between two works of a server; the loopback between two with
- * one home).  Works stay on their home hosts; their sends and receives overlap.
+ * h<server(a)>_<d>, and its mailbox's permanent receiver is the anchor of h<server(b)>_<d>, an actor
+ * per host that streams land on, which does nothing else: a segment's transfer then runs from the
+ * sender's host to the anchor's as soon as it is put, and the receiving work, on its home host, only
+ * takes it.  A hop with no NIC (d < 0) uses the work's home host, the NIC of its first inter-server
+ * hop; a hop within a server, the home NIC's shared-memory host (the server's shared-memory link
+ * between two works of a server; the host's loopback between two with one home).  Works stay on
+ * their home hosts; their sends and receives overlap.
+ *
+ * Cost: per segment one transfer and, where someone waits, a semaphore; the actors are the works,
+ * the senders and the anchors.  Before, a receiver actor per receive connector took each segment,
+ * slept out the latency and woke the work (13 SimGrid calls a segment, now 5-7).  SimGrid ends a
+ * transfer due within 1 ns of any event at that event (surf/precision): with fewer sleeps there are
+ * fewer events, and a few transfers end up to ~2 ns later than they did (sim/RESULTS.md).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -66,18 +74,27 @@ struct simOpts {
   double shmGbps;    /* a server's shared-memory link */
 };
 
-/* A send connector's FIFO: the work queues up to SIM_SLOTS segments ahead of its receiver (the
- * transport's flow control); its sender takes them in order. */
+/* A send connector: an ordered stream (TCP) with a SIM_SLOTS-slot FIFO.  Its work queues segments
+ * and blocks only while SIM_SLOTS of them are not yet delivered (the transport's flow control); its
+ * sender takes them in order and puts each to the stream's mailbox; the receiving work gets them and
+ * waits out the route's latency after each one's last byte left.  Who waits sets a flag and takes a
+ * semaphore; the other side releases it only then, so a segment nobody waits for costs no call. */
 #define SIM_SLOTS 8
 struct simStream {
   uint64_t bytes[SIM_SLOTS]; /* queued segments' sizes, a ring: the work writes at tail */
   int head, tail;            /* the sender reads at head */
-  double sent[SIM_SLOTS];    /* when each segment's last byte left (a ring, in order) */
-  int nSent, nTaken;         /* written by the sender, read by the receiver */
-  sg_host_t from;            /* the sender's host */
-  sg_sem_t free;             /* slots whose segment is not yet delivered (a sender's credit) */
-  sg_sem_t queued;           /* segments queued and not yet taken by the sender */
-  sg_sem_t landed;           /* segments whose bytes have all crossed, not yet delivered */
+  int nPosted;               /* segments the work queued */
+  int nStarted;              /* segments the sender put in the mailbox (their bytes flow) */
+  int nSent;                 /* segments whose last byte left */
+  double sent[SIM_SLOTS];    /* when segment i's last byte left, at i % SIM_SLOTS (landedAt) */
+  double latency;            /* of the route: a segment is delivered this long after it left */
+  sg_host_t to;              /* the host of the hop's NIC at the receiving end */
+  int toHost;                /* its index (hostIndex) */
+  char box[32];              /* the mailbox's name */
+  int senderWaits, recvWaits, postWaits; /* who blocks on the semaphore of the same name */
+  sg_sem_t senderWake;       /* the sender: a segment was queued */
+  sg_sem_t recvWake;         /* the receiving work: a segment was put */
+  sg_sem_t postWake;         /* the sending work: a segment's last byte left (a slot may free) */
 };
 
 struct simWork {
@@ -86,15 +103,23 @@ struct simWork {
   int rank, channel;
   sg_host_t home;                        /* the NIC of its first inter-server hop (workNic) */
   sg_host_t hop[MEND_PROG_MAX_PEERS];    /* per connector: the host of its hop's NIC at this rank */
+  int hopHost[MEND_PROG_MAX_PEERS];      /* per connector: that host's index (hostIndex) */
   int nSegs[MEND_PROG_MAX_PEERS];        /* per connector: segments it carries */
-  sg_sem_t arrived[MEND_PROG_MAX_PEERS]; /* per receive connector: segments its receiver took */
-  struct simStream out[MEND_PROG_MAX_PEERS]; /* per send connector: its FIFO */
+  struct simStream out[MEND_PROG_MAX_PEERS]; /* per send connector: its stream */
+  struct simStream* in[MEND_PROG_MAX_PEERS]; /* per receive connector: the peer's stream to it */
+  int taken[MEND_PROG_MAX_PEERS];        /* per receive connector: segments it took */
 };
 
 static struct simWork* works;
 static int nWorks;
+static int hostNicsN;      /* NICs per server (hostIndex) */
 static double linkLatency; /* seconds, per NIC link (up or down) */
-static sg_bar_t ready; /* every receiver and work: no segment is posted before every receiver listens */
+/* The streams by the host they land on (hostIndex): per host one anchor, the permanent receiver of
+ * their mailboxes, so that a segment's bytes flow as soon as it is put, to that host. */
+static struct simStream** landing;
+static int* landingStart; /* [nHosts + 1]: host h's streams are landing[landingStart[h] ..] */
+static int nHosts;
+static sg_bar_t ready;    /* anchors and senders: no segment is put before its mailbox has its receiver */
 
 static int usage(const char* why) {
   fprintf(stderr, "mend-sim: %s\nusage: mend-sim --topo FILE [-e LINE]... [--bytes N] [--replan MODE] "
@@ -150,11 +175,21 @@ static void writeRail(FILE* f, int rail, int S, double gbps) {
 }
 
 /* Server s: a zone of its shared-memory hosts h<s>_<d>_shm (where a hop within the server sends
- * and receives), each reaching the others over the server's shared-memory link. */
+ * and receives), each reaching the others over the server's shared-memory link and itself over a
+ * loopback of its own.  SimGrid's default loopback is one link for the whole platform: a FATPIPE,
+ * so it bounds each transfer alone at its rate, but every same-host transfer is then in one max-min
+ * system, solved again at every event, and each fixed transfer rescans the link's others (512 GPUs,
+ * trees: 67 % of the run).  A FATPIPE per host bounds each transfer the same and keeps the
+ * systems apart (the same times to 17 digits). */
 static void writeServer(FILE* f, int s, int N, double shmGbps) {
   fprintf(f, "<zone id=\"server%d\" routing=\"Full\">\n", s);
   for (int d = 0; d < N; d++) fprintf(f, "<host id=\"h%d_%d_shm\" speed=\"1Gf\"/>\n", s, d);
   fprintf(f, "<link id=\"shm%d\" bandwidth=\"%.3fGbps\" latency=\"0\"/>\n", s, shmGbps);
+  for (int d = 0; d < N; d++)
+    fprintf(f, "<link id=\"lo%d_%d\" bandwidth=\"%.3fGbps\" latency=\"0\" sharing_policy=\"FATPIPE\"/>\n", s, d,
+            shmGbps);
+  for (int d = 0; d < N; d++)
+    fprintf(f, "<route src=\"h%d_%d_shm\" dst=\"h%d_%d_shm\"><link_ctn id=\"lo%d_%d\"/></route>\n", s, d, s, d, s, d);
   for (int a = 0; a < N; a++) {
     for (int b = 0; b < N; b++) {
       if (a == b) continue;
@@ -205,86 +240,116 @@ static int loadPlatform(const struct simOpts* o) {
   return bad ? -1 : 0;
 }
 
+/* A host's index: per server and NIC, its NIC's host and its shared-memory host. */
+static int hostIndex(int server, int nic, int shm) { return (server * hostNicsN + nic) * 2 + shm; }
+
 /* The latency of the route between two hosts (the platform's links carry none: a segment is
  * delivered this long after its last byte left): up and down (and the spine), 1 us in a server.
- * A shared-memory host's name (h<s>_<d>_shm) reads as its NIC's. */
-static double routeLatency(sg_host_t a, sg_host_t b) {
-  int sa, da, sb, db;
-  if (sscanf(sg_host_get_name(a), "h%d_%d", &sa, &da) != 2 || sscanf(sg_host_get_name(b), "h%d_%d", &sb, &db) != 2)
-    return 0;
+ * A shared-memory host counts as its NIC's. */
+static double routeLatency(int a, int b) {
+  int sa = a / 2 / hostNicsN, da = a / 2 % hostNicsN, sb = b / 2 / hostNicsN, db = b / 2 % hostNicsN;
   if (sa == sb) return 1e-6;
   return 2 * linkLatency + (da == db ? 0 : 1e-6);
 }
 
-static void mailboxName(char* buf, size_t len, int channel, int connIndex, int from, int to) {
-  snprintf(buf, len, "m%d_%d_%d_%d", channel, connIndex, from, to);
+static void sleepUntil(double due) {
+  double now = simgrid_get_clock();
+  if (due > now) sg_actor_sleep_for(due - now);
 }
 
-/* Queue a segment (no simulated time, no link): wait while SIM_SLOTS are outstanding. */
+/* When segment i of a stream is delivered (its last byte left, plus the route's latency), once it
+ * has left.  sent[] keeps the last SIM_SLOTS; an older segment was delivered before now: segment
+ * i + SIM_SLOTS has left, so it was queued, which waited for segment i's delivery. */
+static double landedAt(const struct simStream* q, int i) {
+  return q->nSent - i <= SIM_SLOTS ? q->sent[i % SIM_SLOTS] + q->latency : 0;
+}
+
+static void wake(int* waits, sg_sem_t sem) {
+  if (*waits) {
+    *waits = 0;
+    sg_sem_release(sem);
+  }
+}
+
+/* Queue a segment (no simulated time, no link): wait while SIM_SLOTS are not yet delivered. */
 static void streamPost(struct simStream* q, uint64_t bytes) {
-  sg_sem_acquire(q->free);
+  int oldest = q->nPosted - SIM_SLOTS;
+  if (oldest >= 0) {
+    while (q->nSent <= oldest) {
+      q->postWaits = 1;
+      sg_sem_acquire(q->postWake);
+    }
+    sleepUntil(landedAt(q, oldest));
+  }
   q->bytes[q->tail] = bytes;
   q->tail = (q->tail + 1) % SIM_SLOTS;
-  sg_sem_release(q->queued);
+  q->nPosted++;
+  wake(&q->senderWaits, q->senderWake);
+}
+
+/* Take segment i of a stream: wait until it is delivered.  It is got only once put: a get posted
+ * first would make the getter, on the work's home host, the transfer's receiver. */
+static void streamTake(struct simStream* q, int i, sg_mailbox_t box) {
+  while (q->nStarted <= i) {
+    q->recvWaits = 1;
+    sg_sem_acquire(q->recvWake);
+  }
+  sg_mailbox_get(box); /* returns once the segment's last byte left */
+  sleepUntil(q->nSent > i ? landedAt(q, i) : simgrid_get_clock() + q->latency);
 }
 
 /* A send connector's sender, on the host of its hop's NIC: one TCP stream, so it puts the queued
- * segments one after another, in order, each a blocking put to the receiver's mailbox (over
- * latency-free links: the stream's next bytes follow its last ones), and tells the receiver when
- * the last byte left. */
+ * segments one after another, in order, each waited for (over latency-free links: the stream's
+ * next bytes follow its last ones), and notes when each one's last byte left. */
 static void sendMain(int argc, char** argv) {
   struct simWork* w = works + atoi(argv[0]);
   int peer = atoi(argv[1]);
-  const struct mendProgPeer* pp = w->prog->peers + peer;
   struct simStream* q = w->out + peer;
-  char name[64];
-  mailboxName(name, sizeof(name), w->channel, pp->connIndex, w->rank, pp->rank);
-  sg_mailbox_t box = sg_mailbox_by_name(name);
+  sg_mailbox_t box = sg_mailbox_by_name(q->box);
+  sg_barrier_wait(ready);
   for (int i = 0; i < w->nSegs[peer]; i++) {
-    sg_sem_acquire(q->queued);
+    while (q->nPosted == i) {
+      q->senderWaits = 1;
+      sg_sem_acquire(q->senderWake);
+    }
     uint64_t bytes = q->bytes[q->head];
     q->head = (q->head + 1) % SIM_SLOTS;
-    sg_mailbox_put(box, q, (long)bytes);
-    q->sent[q->nSent++ % SIM_SLOTS] = simgrid_get_clock();
-    sg_sem_release(q->landed);
+    sg_comm_t c = sg_mailbox_put_async(box, q, (long)bytes);
+    q->nStarted = i + 1;
+    wake(&q->recvWaits, q->recvWake);
+    sg_comm_wait(c);
+    q->sent[i % SIM_SLOTS] = simgrid_get_clock();
+    q->nSent = i + 1;
+    wake(&q->postWaits, q->postWake);
   }
 }
 
-/* A receive connector's receiver, on the host of its hop's NIC: the permanent receiver of the
- * connector's mailbox (segments flow as soon as they are sent), it takes each segment and
- * delivers it to the work the route's latency after its last byte left, freeing its FIFO slot. */
-static void recvMain(int argc, char** argv) {
-  struct simWork* w = works + atoi(argv[0]);
-  int peer = atoi(argv[1]);
-  const struct mendProgPeer* pp = w->prog->peers + peer;
-  char name[64];
-  mailboxName(name, sizeof(name), w->channel, pp->connIndex, pp->rank, w->rank);
-  sg_mailbox_set_receiver(name);
+/* A host's anchor: the permanent receiver of the mailboxes of the streams that land there (their
+ * bytes then flow as soon as they are put, to this host); it takes no part after that. */
+static void anchorMain(int argc, char** argv) {
+  int h = atoi(argv[0]);
+  for (int i = landingStart[h]; i < landingStart[h + 1]; i++) sg_mailbox_set_receiver(landing[i]->box);
   sg_barrier_wait(ready);
-  sg_mailbox_t box = sg_mailbox_by_name(name);
-  for (int i = 0; i < w->nSegs[peer]; i++) {
-    struct simStream* q = sg_mailbox_get(box);
-    sg_sem_acquire(q->landed);
-    double due = q->sent[q->nTaken++ % SIM_SLOTS] + routeLatency(q->from, sg_host_self());
-    if (due > simgrid_get_clock()) sg_actor_sleep_for(due - simgrid_get_clock());
-    sg_sem_release(w->arrived[peer]);
-    sg_sem_release(q->free);
-  }
+  sg_actor_daemonize(sg_actor_self());
+  sg_sem_t never = sg_sem_init(0);
+  sg_sem_acquire(never); /* killed when the last work ends */
 }
 
-/* One work, on its home host: walk its program; a receive waits for its receiver to have taken
- * the peer's segment, a send queues one to the connector's sender. */
+/* One work, on its home host: walk its program; a receive waits until the peer's segment is
+ * delivered, a send queues one to the connector's sender. */
 static void workMain(int argc, char** argv) {
   struct simWork* w = works + atoi(argv[0]);
   const struct mendProgram* p = w->prog;
+  sg_mailbox_t box[MEND_PROG_MAX_PEERS];
+  for (int i = 0; i < p->nPeers; i++) box[i] = w->in[i] ? sg_mailbox_by_name(w->in[i]->box) : NULL;
   struct mendWalk walk;
-  sg_barrier_wait(ready);
   mendWalkBegin(&walk, p, &w->args);
   while (!walk.done) {
     const struct mendProgStep* s = p->steps + walk.step;
     int seg = mendWalkSeg(&walk, p);
     uint64_t bytes = mendWalkSegLen(&walk, p, &w->args, seg) * w->args.typeSize;
-    if (bytes > 0 && (s->op & MEND_STEP_RECV)) sg_sem_acquire(w->arrived[s->recvPeer]);
+    if (bytes > 0 && (s->op & MEND_STEP_RECV))
+      streamTake(w->in[s->recvPeer], w->taken[s->recvPeer]++, box[s->recvPeer]);
     if (bytes > 0 && (s->op & MEND_STEP_SEND)) streamPost(w->out + s->sendPeer, bytes);
     mendWalkAdvance(&walk, p, &w->args);
   }
@@ -334,29 +399,125 @@ static sg_host_t nicHost(struct mendOffline* off, int rank, int nic, int shm) {
   return sg_host_by_name(host);
 }
 
-/* A work's hosts (home, per connector its hop's), its receivers' semaphores and senders' FIFOs.
- * A hop within the server uses the home NIC's shared-memory host (the platform routes those
- * over the server's link); one between servers without a NIC, the home host. */
-static int placeWork(struct mendOffline* off, struct simWork* w) {
-  int homeNic = workNic(off, w);
+/* A work's hosts (home, per connector its hop's) and its senders' streams.  A hop within the server
+ * uses the home NIC's shared-memory host (the platform routes those over the server's link); one
+ * between servers without a NIC, the home host. */
+static int placeWork(struct mendOffline* off, struct simWork* w, int index) {
+  int homeNic = workNic(off, w), server = mendOfflineServer(off, w->rank);
   w->home = nicHost(off, w->rank, homeNic, 0);
   if (w->home == NULL) return -1;
   for (int i = 0; i < w->prog->nPeers; i++) {
     int d = hopNic(off, w, w->prog->peers + i);
-    int local = mendOfflineServer(off, w->prog->peers[i].rank) == mendOfflineServer(off, w->rank);
-    w->hop[i] = d >= 0 ? nicHost(off, w->rank, d, 0) : local ? nicHost(off, w->rank, homeNic, 1) : w->home;
+    int local = d < 0 && mendOfflineServer(off, w->prog->peers[i].rank) == server;
+    w->hop[i] = nicHost(off, w->rank, d >= 0 ? d : homeNic, local);
+    w->hopHost[i] = hostIndex(server, d >= 0 ? d : homeNic, local);
     if (w->hop[i] == NULL) return -1;
-    int recv = w->prog->peers[i].dir == MEND_RECV;
-    w->arrived[i] = recv ? sg_sem_init(0) : NULL;
-    memset(w->out + i, 0, sizeof(w->out[i]));
-    if (!recv) {
-      w->out[i].free = sg_sem_init(SIM_SLOTS);
-      w->out[i].queued = sg_sem_init(0);
-      w->out[i].landed = sg_sem_init(0);
-      w->out[i].from = w->hop[i];
+    struct simStream* q = w->out + i;
+    memset(q, 0, sizeof(*q));
+    w->in[i] = NULL;
+    w->taken[i] = 0;
+    if (w->prog->peers[i].dir == MEND_SEND) {
+      snprintf(q->box, sizeof(q->box), "w%d_%d", index, i);
+      q->senderWake = sg_sem_init(0);
+      q->recvWake = sg_sem_init(0);
+      q->postWake = sg_sem_init(0);
     }
   }
   countSegs(w);
+  return 0;
+}
+
+/* A send connector by what names it on both sides: channel, connector index, from and to rank. */
+struct simConnKey {
+  int channel, connIndex, from, to;
+  int work, peer; /* the sending work and its connector */
+};
+
+static int connKeyCmp(const void* a, const void* b) {
+  const struct simConnKey *x = a, *y = b;
+  if (x->channel != y->channel) return x->channel < y->channel ? -1 : 1;
+  if (x->connIndex != y->connIndex) return x->connIndex < y->connIndex ? -1 : 1;
+  if (x->from != y->from) return x->from < y->from ? -1 : 1;
+  return x->to < y->to ? -1 : x->to > y->to;
+}
+
+/* The send connectors, sorted by what names them. */
+static struct simConnKey* sendKeys(size_t* n) {
+  size_t cap = 1;
+  for (int i = 0; i < nWorks; i++) cap += (size_t)works[i].prog->nPeers;
+  struct simConnKey* keys = malloc(sizeof(*keys) * cap);
+  if (keys == NULL) return NULL;
+  *n = 0;
+  for (int i = 0; i < nWorks; i++) {
+    const struct simWork* w = works + i;
+    for (int j = 0; j < w->prog->nPeers; j++) {
+      const struct mendProgPeer* pp = w->prog->peers + j;
+      if (pp->dir == MEND_SEND) keys[(*n)++] = (struct simConnKey){w->channel, pp->connIndex, w->rank, pp->rank, i, j};
+    }
+  }
+  qsort(keys, *n, sizeof(*keys), connKeyCmp);
+  return keys;
+}
+
+/* Join every receive connector to its peer's send connector (the stream's far end: its host, the
+ * route's latency); both must carry the same segments. */
+static int linkStreams(void) {
+  size_t nSend;
+  struct simConnKey* keys = sendKeys(&nSend);
+  if (keys == NULL) return -1;
+  int bad = 0;
+  for (int i = 0; i < nWorks && !bad; i++) {
+    struct simWork* w = works + i;
+    for (int j = 0; j < w->prog->nPeers && !bad; j++) {
+      const struct mendProgPeer* pp = w->prog->peers + j;
+      if (pp->dir != MEND_RECV) continue;
+      struct simConnKey key = {w->channel, pp->connIndex, pp->rank, w->rank, 0, 0};
+      const struct simConnKey* k = bsearch(&key, keys, nSend, sizeof(*keys), connKeyCmp);
+      bad = k == NULL || works[k->work].nSegs[k->peer] != w->nSegs[j];
+      if (bad) {
+        fprintf(stderr, "mend-sim: rank %d channel %d: no sender of its %d segments from rank %d\n", w->rank,
+                w->channel, w->nSegs[j], pp->rank);
+        break;
+      }
+      struct simStream* q = works[k->work].out + k->peer;
+      q->to = w->hop[j];
+      q->toHost = w->hopHost[j];
+      q->latency = routeLatency(works[k->work].hopHost[k->peer], w->hopHost[j]);
+      w->in[j] = q;
+    }
+  }
+  free(keys);
+  return bad ? -1 : 0;
+}
+
+/* The streams by the host they land on (landing, landingStart). */
+static int indexLanding(int nServers) {
+  nHosts = nServers * hostNicsN * 2;
+  landingStart = calloc((size_t)nHosts + 1, sizeof(*landingStart));
+  int n = 0;
+  for (int i = 0; i < nWorks; i++)
+    for (int j = 0; j < works[i].prog->nPeers; j++) n += works[i].prog->peers[j].dir == MEND_SEND;
+  landing = malloc(sizeof(*landing) * (size_t)(n ? n : 1));
+  if (landingStart == NULL || landing == NULL) return -1;
+  for (int i = 0; i < nWorks; i++) {
+    for (int j = 0; j < works[i].prog->nPeers; j++) {
+      if (works[i].prog->peers[j].dir != MEND_SEND) continue;
+      if (works[i].out[j].to == NULL) {
+        fprintf(stderr, "mend-sim: rank %d channel %d: no receiver for its segments to rank %d\n", works[i].rank,
+                works[i].channel, works[i].prog->peers[j].rank);
+        return -1;
+      }
+      landingStart[works[i].out[j].toHost + 1]++;
+    }
+  }
+  for (int h = 0; h < nHosts; h++) landingStart[h + 1] += landingStart[h];
+  int* at = malloc(sizeof(*at) * (size_t)(nHosts ? nHosts : 1));
+  if (at == NULL) return -1;
+  memcpy(at, landingStart, sizeof(*at) * (size_t)nHosts);
+  for (int i = 0; i < nWorks; i++)
+    for (int j = 0; j < works[i].prog->nPeers; j++)
+      if (works[i].prog->peers[j].dir == MEND_SEND) landing[at[works[i].out[j].toHost]++] = works[i].out + j;
+  free(at);
   return 0;
 }
 
@@ -391,24 +552,29 @@ static int collectWorks(struct mendOffline* off, const struct mendOp* op) {
   return 0;
 }
 
-/* Per connector a sender or receiver on its hop's host, then the works on their home hosts; the
- * barrier lets every receiver listen before a segment is queued, so each segment starts, on its
- * hop's route, as soon as its sender takes it. */
+/* Per host that streams land on an anchor, per send connector a sender on its hop's host, then the
+ * works on their home hosts; the barrier lets every anchor listen before a segment is put. */
 static int startActors(struct mendOffline* off, const struct simOpts* o) {
   char idx[16], peer[16];
-  unsigned nActors = (unsigned)nWorks;
-  for (int i = 0; i < nWorks; i++) {
-    if (placeWork(off, works + i) != 0) return -1;
-    for (int j = 0; j < works[i].prog->nPeers; j++) nActors += works[i].prog->peers[j].dir == MEND_RECV;
+  for (int i = 0; i < nWorks; i++)
+    if (placeWork(off, works + i, i) != 0) return -1;
+  if (linkStreams() != 0 || indexLanding(o->topo.nServers) != 0) return -1;
+  unsigned nWait = (unsigned)(landingStart[nHosts]);
+  for (int h = 0; h < nHosts; h++) nWait += landingStart[h + 1] > landingStart[h];
+  ready = sg_barrier_init(nWait);
+  for (int h = 0; h < nHosts; h++) {
+    if (landingStart[h + 1] == landingStart[h]) continue;
+    snprintf(idx, sizeof(idx), "%d", h);
+    const char* args[] = {idx, NULL};
+    sg_actor_create_("anchor", landing[landingStart[h]]->to, anchorMain, 1, args);
   }
-  ready = sg_barrier_init(nActors);
   for (int i = 0; i < nWorks; i++) {
     snprintf(idx, sizeof(idx), "%d", i);
     for (int j = 0; j < works[i].prog->nPeers; j++) {
-      int recv = works[i].prog->peers[j].dir == MEND_RECV;
+      if (works[i].prog->peers[j].dir != MEND_SEND) continue;
       snprintf(peer, sizeof(peer), "%d", j);
       const char* args[] = {idx, peer, NULL};
-      sg_actor_create_(recv ? "recv" : "send", works[i].hop[j], recv ? recvMain : sendMain, 2, args);
+      sg_actor_create_("send", works[i].hop[j], sendMain, 2, args);
     }
     const char* args[] = {idx, NULL};
     sg_actor_create_("work", works[i].home, workMain, 1, args);
@@ -425,7 +591,7 @@ static int startActors(struct mendOffline* off, const struct simOpts* o) {
 #define SIM_MAPS_SPARE 4096 /* mappings besides actors' stacks: libraries, heap, the platform */
 static int stackOpts(char** opts) {
   long actors = nWorks, maxMaps = 65530;
-  for (int i = 0; i < nWorks; i++) actors += works[i].prog->nPeers;
+  for (int i = 0; i < nWorks; i++) actors += works[i].prog->nPeers; /* senders, and anchors at most */
   FILE* f = fopen("/proc/sys/vm/max_map_count", "r");
   if (f != NULL) {
     if (fscanf(f, "%ld", &maxMaps) != 1) maxMaps = 65530;
@@ -460,6 +626,7 @@ int main(int argc, char** argv) {
   int sgArgc = 5 + stackOpts(sgArgv + 5);
   simgrid_init(&sgArgc, sgArgv);
   linkLatency = o.latencyUs * 1e-6;
+  hostNicsN = hostNics(&o.topo);
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
   simgrid_run();
   double t = simgrid_get_clock();
@@ -469,14 +636,16 @@ int main(int argc, char** argv) {
          ch.costUs[MEND_REPLAN_BALANCE] < 0 ? "ring/tree" : mendReplanName(ch.replan), t, busbw);
   for (int i = 0; i < nWorks; i++) {
     for (int j = 0; j < works[i].prog->nPeers; j++) {
-      if (works[i].arrived[j]) sg_sem_destroy(works[i].arrived[j]);
-      if (works[i].out[j].free) sg_sem_destroy(works[i].out[j].free);
-      if (works[i].out[j].queued) sg_sem_destroy(works[i].out[j].queued);
-      if (works[i].out[j].landed) sg_sem_destroy(works[i].out[j].landed);
+      if (works[i].prog->peers[j].dir != MEND_SEND) continue;
+      sg_sem_destroy(works[i].out[j].senderWake);
+      sg_sem_destroy(works[i].out[j].recvWake);
+      sg_sem_destroy(works[i].out[j].postWake);
     }
     free(works[i].prog);
   }
   free(works);
+  free(landing);
+  free(landingStart);
   mendOfflineFree(off);
   return 0;
 }

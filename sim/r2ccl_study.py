@@ -5,7 +5,9 @@ k = 1..K random NIC failures over S servers x N NICs (fixed seeds: pattern p of 
 random.Random(1000 * k + p)); for each pattern the AllReduce is simulated under MEND_REPLAN=backup,
 balance and auto (the cost model's choice: Balance, R2 or recursive).  Servers are simulated with
 one rank each (sim/README.md says why: Mend's ranks of a server share its NICs, and a ring crosses
-each server boundary once per channel, so the inter-server traffic is the same within 2(n-1)/n).
+each server boundary once per channel, so the inter-server traffic is the same within 2(n-1)/n), or
+with --rank-per-gpu a rank per GPU (servers x gpus ranks, each using all its server's NICs, as
+Mend's graph builds them; hops within a server over its shared-memory link), the same AllReduce.
 
 Iteration model (stated, not R2CCL's code): 7B parameters, bf16 gradients, TP = 4 inside a server
 (R2CCL: two TP groups per 8-GPU server), so each server's NICs carry the data-parallel AllReduce of
@@ -20,6 +22,11 @@ rank at all its NICs') is passed as MEND_CALIB_FILE.  The built-in constants are
 sockets (about 1 GB/s a channel): with them the planner picks rings at 1,024 servers, where the
 simulated ring (2,046 steps of 32 KiB) takes twice the tree's time (--calib builtin keeps them).
 
+Auto is simulated only where the cost model (mend-plan, the same constants) picks R2 or recursive:
+where it picks backup or Balance it runs the same programs as that forced mode, so that run stands
+for it (all 610 auto runs recorded before this rule equalled their chosen mode's to the last digit;
+--simulate-auto simulates every one, the csv's "simulated" column says which were).
+
 Writes <out>/r2ccl_study.csv, <out>/r2ccl_study.png and <out>/calib.txt.
 """
 import argparse
@@ -29,24 +36,47 @@ import random
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 MODES = ("backup", "balance", "auto")
 
 
-def simulate(args, faults, mode):
+def topology(args, faults):
     topo = "servers=%d;nics=%d;gbps=%g" % (args.servers, args.nics, args.gbps)
-    topo += "".join(";down=%d,%d" % f for f in faults)
-    cmd = [args.sim, "-e", topo, "--bytes", str(args.bytes), "--replan", mode, "--shm-gbps", "3600",
-           "--latency-us", "2.5", "--goodput", "1"]
+    if args.rank_per_gpu:
+        topo += ";gpus=%d" % args.gpus
+    return topo + "".join(";down=%d,%d" % f for f in faults)
+
+
+def environment(args):
     env = dict(os.environ)
     if args.calib_file:
         env["MEND_CALIB_FILE"] = args.calib_file
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
+    return env
+
+
+def simulate(args, faults, mode):
+    cmd = [args.sim, "-e", topology(args, faults), "--bytes", str(args.bytes), "--replan", mode, "--shm-gbps", "3600",
+           "--latency-us", "2.5", "--goodput", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=environment(args))
     m = re.search(r"schedule (\S+) simulated ([0-9.]+) s", out.stdout)
     if out.returncode != 0 or not m:
         sys.exit("mend-sim failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
     return m.group(1), float(m.group(2))
+
+
+def choice(args, faults):
+    """The cost model's choice for MEND_REPLAN=auto (mend-plan, the same planner and constants)."""
+    cmd = [os.path.join(os.path.dirname(args.sim), "mend-plan"), "-e", topology(args, faults), "--bytes",
+           str(args.bytes), "--sample", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=environment(args))
+    m = re.search(r"allreduce \d+ bytes: (\w+),", out.stdout)
+    if out.returncode == 0 and "every rank healthy" in out.stdout:
+        return None
+    if out.returncode != 0 or not m:
+        sys.exit("mend-plan failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
+    return m.group(1)
 
 
 def pattern(args, k, p):
@@ -59,7 +89,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sim", default="build/bin/mend-sim")
     ap.add_argument("--servers", type=int, default=64)
-    ap.add_argument("--gpus", type=int, default=8, help="GPUs per server (iteration model)")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs per server (iteration model; ranks with --rank-per-gpu)")
+    ap.add_argument("--rank-per-gpu", action="store_true",
+                    help="simulate a rank per GPU (servers x gpus ranks, sharing their server's NICs) instead of one "
+                         "rank per server; the AllReduce is the same size")
     ap.add_argument("--nics", type=int, default=8)
     ap.add_argument("--gbps", type=float, default=200)
     ap.add_argument("--kmax", type=int, default=10)
@@ -67,9 +100,18 @@ def main():
     ap.add_argument("--bytes", type=int, default=256 << 20)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="sim/results")
+    ap.add_argument("--simulate-auto", action="store_true",
+                    help="simulate auto even where the cost model picks backup or Balance (by default their run "
+                         "stands for it: the same programs)")
     ap.add_argument("--calib", choices=("network", "builtin"), default="network",
                     help="cost-model constants: the simulated network's (default) or the built-in ones")
+    ap.add_argument("--plot-only", action="store_true",
+                    help="simulate nothing: print the table and draw the plot from <out>/r2ccl_study.csv")
     args = ap.parse_args()
+    if args.plot_only:
+        with open(os.path.join(args.out, "r2ccl_study.csv")) as f:
+            summarize(args, list(csv.DictReader(f)))
+        return
     os.makedirs(args.out, exist_ok=True)
     args.calib_file = None
     if args.calib == "network":
@@ -82,30 +124,42 @@ def main():
     grad = args.gpus * 7e9 / 4 * 2                                   # bytes per server per iteration
     compute = 6 * 7e9 * 512 * 2048 / (gpus * 989e12 * 0.40)          # seconds
     scale = grad / args.bytes
+    t0 = time.time()
     _, healthy = simulate(args, [], "auto")
-    jobs = [(k, p, m) for k in range(1, args.kmax + 1) for p in range(args.patterns) for m in MODES]
+    runs = [(k, p, m) for k in range(1, args.kmax + 1) for p in range(args.patterns) for m in MODES]
+    picks = {}
+    if not args.simulate_auto:
+        picks = {(k, p): choice(args, pattern(args, k, p)) for k, p, m in runs if m == "auto"}
+    jobs = [j for j in runs if j[2] != "auto" or picks.get(j[:2]) not in ("backup", "balance")]
     with ThreadPoolExecutor(args.jobs) as ex:
-        res = list(ex.map(lambda j: simulate(args, pattern(args, j[0], j[1]), j[2]), jobs))
-    os.makedirs(args.out, exist_ok=True)
+        res = dict(zip(jobs, ex.map(lambda j: simulate(args, pattern(args, j[0], j[1]), j[2]), jobs)))
     rows = []
-    for (k, p, m), (chosen, t) in zip(jobs, res):
+    for k, p, m in runs:
+        simulated = (k, p, m) in res
+        chosen, t = res[(k, p, m)] if simulated else (picks[(k, p)], res[(k, p, picks[(k, p)])][1])
         over = (compute + t * scale) / (compute + healthy * scale) - 1
         rows.append({"k": k, "pattern": p, "mode": m, "chosen": chosen, "allreduce_s": t,
-                     "vs_healthy": t / healthy, "iteration_overhead": over})
+                     "vs_healthy": t / healthy, "iteration_overhead": over, "simulated": int(simulated)})
     with open(os.path.join(args.out, "r2ccl_study.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    print("%d simulations in %.0f s" % (len(jobs) + 1, time.time() - t0))
     print("healthy AllReduce %.6f s at %d bytes; iteration: compute %.3f s + AllReduce %.3f s (%.0f MB/server)"
           % (healthy, args.bytes, compute, healthy * scale, grad / 1e6))
+    summarize(args, rows)
+
+
+def summarize(args, rows):
+    """Per k and mode the mean AllReduce ratio and iteration overhead: printed, then plotted."""
     print("k  " + "  ".join("%-26s" % m for m in MODES))
     mean = {}
     for k in range(1, args.kmax + 1):
         cells = []
         for m in MODES:
-            sel = [r for r in rows if r["k"] == k and r["mode"] == m]
-            t = sum(r["vs_healthy"] for r in sel) / len(sel)
-            o = sum(r["iteration_overhead"] for r in sel) / len(sel)
+            sel = [r for r in rows if int(r["k"]) == k and r["mode"] == m]
+            t = sum(float(r["vs_healthy"]) for r in sel) / len(sel)
+            o = sum(float(r["iteration_overhead"]) for r in sel) / len(sel)
             mean[(k, m)] = (t, o)
             cells.append("x%.3f AllReduce, +%.2f %% iter" % (t, 100 * o))
         print("%-2d %s" % (k, "  ".join("%-26s" % c for c in cells)))
@@ -122,8 +176,9 @@ def plot(args, mean):
         ax[0].plot(ks, [mean[(k, m)][0] for k in ks], marker="o", label="Mend " + m)
         ax[1].plot(ks, [100 * mean[(k, m)][1] for k in ks], marker="o", label="Mend " + m)
     ax[1].plot([1, 10], [1.5, 4.3], "k--", marker="s", label="R2CCL Fig. 10 (1.5 % .. 4.3 %)")
+    ranks = "%d ranks per server" % args.gpus if args.rank_per_gpu else "a rank per server"
     ax[0].set(xlabel="NIC failures k", ylabel="AllReduce time / healthy",
-              title="%d servers x %d NICs x %g Gbit/s" % (args.servers, args.nics, args.gbps))
+              title="%d servers x %d NICs x %g Gbit/s, %s" % (args.servers, args.nics, args.gbps, ranks))
     ax[1].set(xlabel="NIC failures k", ylabel="iteration overhead (%)",
               title="7B model, %d GPUs (iteration model)" % (args.servers * args.gpus))
     for a in ax:
