@@ -18,7 +18,7 @@ is bandwidth-bound and linear in size at these sizes: 256 MiB -> 1 GiB gave x 4.
 
 The planner's cost-model constants describe the simulated network, as `mend-info --calibrate` would
 on the cluster: <out>/calib.txt (net hop latency 2 x 2.5 us, a channel at one NIC's line rate, a
-rank at all its NICs') is passed as MEND_CALIB_FILE.  The built-in constants are this machine's
+rank at all its NICs', a hop within a server 1 us as mend-sim has it) is passed as MEND_CALIB_FILE.  The built-in constants are this machine's
 sockets (about 1 GB/s a channel): with them the planner picks rings at 1,024 servers, where the
 simulated ring (2,046 steps of 32 KiB) takes twice the tree's time (--calib builtin keeps them).
 
@@ -117,8 +117,9 @@ def main():
     if args.calib == "network":
         args.calib_file = os.path.abspath(os.path.join(args.out, "calib.txt"))
         with open(args.calib_file, "w") as f:
-            f.write("# the simulated network (sim/r2ccl_study.py): hop latency, one NIC, all NICs\n")
-            f.write("net.alpha_us %g\nnet.bw_channel_gbs %g\nnet.bw_max_gbs %g\n"
+            f.write("# the simulated network (sim/r2ccl_study.py): hop latency, one NIC, all NICs; a hop\n"
+                    "# within a server (mend-sim's 1 us there)\n")
+            f.write("net.alpha_us %g\nnet.bw_channel_gbs %g\nnet.bw_max_gbs %g\nshm.alpha_us 1\n"
                     % (2 * 2.5, args.gbps / 8, args.nics * args.gbps / 8))
     gpus = args.servers * args.gpus
     grad = args.gpus * 7e9 / 4 * 2                                   # bytes per server per iteration
