@@ -151,6 +151,10 @@ struct mendSocketComm {
   _Atomic int stop;                  /* helpers exit */
   _Atomic int error;                 /* ncclResult_t of the first failure; the comm stays failed */
   int peerClosed;                    /* receiver: the peer closed the control socket (orderly) */
+  uint64_t pollQuietSinceNs;         /* receiver: first control read of the current run that found nothing (0: none) */
+  uint64_t pollNextNs;               /* receiver: no control read before this (paced polling, ctrlRead) */
+  uint64_t pollMaxNs;                /* receiver: MEND_SOCKET_POLL_MAX_US (0: a read on every look) */
+  uint64_t ctrlReads;                /* receiver: recv calls on the control socket (tests count them) */
   char peer[MEND_SOCKET_NAME_MAXLEN];  /* peer address, for log lines */
   /* connector setup only */
   struct mendSocketHello hello;      /* what every socket sends first (index patched per socket) */
@@ -182,8 +186,12 @@ ncclResult_t mendNetSocketGetProperties(int dev, struct mendNetProperties* props
 ncclResult_t mendNetSocketDevAddr(int dev, union mendSocketAddr* addr, const char** name);
 /* Forget the discovered devices so the next call reads NCCL_SOCKET_IFNAME again (tests). */
 void mendNetSocketResetForTest(void);
+/* recv calls a receive comm made on its control socket so far (tests of paced polling). */
+uint64_t mendNetSocketCtrlReadsForTest(void* recvComm);
 /* Connection shape from the parameters: threads, data sockets, chunk and inline sizes. */
 void mendNetSocketConfig(int* nthreads, int* nsocks, size_t* chunk, size_t* inlineMax);
+/* MEND_SOCKET_POLL_MAX_US in ns: the longest a receiver's quiet control socket goes unread (ctrlRead). */
+uint64_t mendNetSocketPollMaxNs(void);
 /* Socket options every connection socket gets: non-blocking, TCP_NODELAY, buffers, user timeout. */
 ncclResult_t mendNetSocketSetOpts(int fd, int isData);
 /* A random 64-bit token (not zero). */

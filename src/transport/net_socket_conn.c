@@ -364,6 +364,7 @@ static ncclResult_t acceptBuild(struct mendSocketListenComm* lc, const int* byIn
   comm->nthreads = nthreads < m->nsocks ? nthreads : m->nsocks;  /* the receiver's own thread count */
   comm->chunkSize = m->chunkSize;                                   /* the sender's cut */
   comm->inlineMax = m->inlineMax;
+  comm->pollMaxNs = mendNetSocketPollMaxNs();
   comm->ctrlFd = lc->pend[byIndex[0]].fd;
   for (int i = 0; i < m->nsocks; i++) comm->socks[i].fd = lc->pend[byIndex[i + 1]].fd;
   for (int i = 0; i <= m->nsocks; i++) lc->pend[byIndex[i]].fd = -1, lc->pend[byIndex[i]].got = 0;

@@ -143,6 +143,10 @@ void mendNetSocketConfig(int* nthreads, int* nsocks, size_t* chunk, size_t* inli
   *inlineMax = (size_t)clampParam(mendParamSocketInline(), 0, 1 << 20, "MEND_SOCKET_INLINE");
 }
 
+uint64_t mendNetSocketPollMaxNs(void) {
+  return (uint64_t)clampParam(mendParamSocketPollMaxUs(), 0, 1000000, "MEND_SOCKET_POLL_MAX_US") * 1000u;
+}
+
 ncclResult_t mendNetSocketSetOpts(int fd, int isData) {
   int flags, one = 1;
   SYSCHECK(flags = fcntl(fd, F_GETFL), "fcntl(F_GETFL)");

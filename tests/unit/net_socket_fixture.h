@@ -22,13 +22,15 @@ extern "C" {
 #include "transport/net.h"
 // From transport/net_socket.h (private, C-only: it holds _Atomic fields).
 void mendNetSocketResetForTest(void);
+uint64_t mendNetSocketCtrlReadsForTest(void* recvComm);
 }
 
 namespace mendtest {
 
 inline const mendNet_t* const N = &mendNetSocket;
 inline const char* const kNetSocketVars[] = {"NCCL_SOCKET_IFNAME", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD",
-                                             "MEND_SOCKET_CHUNKSIZE", "MEND_SOCKET_INLINE", "MEND_CONNECT_TIMEOUT_MS"};
+                                             "MEND_SOCKET_CHUNKSIZE", "MEND_SOCKET_INLINE", "MEND_CONNECT_TIMEOUT_MS",
+                                             "MEND_SOCKET_POLL_MAX_US"};
 
 inline void fill(std::vector<char>& v, unsigned seed) {
   for (size_t i = 0; i < v.size(); i++) v[i] = (char)((i * 131 + seed * 7 + (i >> 12)) & 0xff);

@@ -16,7 +16,10 @@
 
 namespace {
 
-class NetSocketData : public NetSocketBase {};
+class NetSocketData : public NetSocketBase {
+ protected:
+  static void QuietThenMessage(void* sc, void* rc, double quietMs, uint64_t* looks, uint64_t* reads, double* takenMs);
+};
 class NetSocketPerf : public NetSocketBase {};
 
 // Every size on several connection shapes: (threads, sockets per thread, chunk, inline).
@@ -189,6 +192,63 @@ double Throughput(void* sc, void* rc, size_t bytes, int iters) {
   EXPECT_EQ(failed.load(), 0);
   for (int k = 0; k < depth && k < iters; k++) EXPECT_EQ(memcmp(src.data(), dst[k].data(), bytes), 0) << k;
   return (double)bytes * iters / sec / 1e9;
+}
+
+// Paced polling (ctrlRead): a receiver that keeps testing a receive nobody sends reads its control
+// socket on every look for 50 us, then after 1/32 of the quiet time, at most every
+// MEND_SOCKET_POLL_MAX_US; a message sent after the quiet period is still taken at the next read.
+// The bound on reads follows from the rule, not from the machine's speed: in 200 ms at most the
+// looks of the first 50 us, 32 ln(640/50) < 90 reads up to a 20 us gap, then one per 20 us.
+// With MEND_SOCKET_POLL_MAX_US=0 every look reads (the count equals the looks).
+void NetSocketData::QuietThenMessage(void* sc, void* rc, double quietMs, uint64_t* looks, uint64_t* reads,
+                                     double* takenMs) {
+  std::vector<char> src(8, 3), dst(8, 0);
+  void *sreq = nullptr, *rreq = nullptr, *d = dst.data(), *mh = nullptr;
+  size_t sz = dst.size();
+  int tag = 0, done = 0, size = -1;
+  ASSERT_EQ(N->irecv(rc, 1, &d, &sz, &tag, &mh, &rreq), ncclSuccess);
+  ASSERT_NE(rreq, nullptr);
+  uint64_t before = mendNetSocketCtrlReadsForTest(rc);
+  *looks = 0;
+  double t0 = nowMs();
+  while (nowMs() - t0 < quietMs) {
+    ASSERT_EQ(N->test(rreq, &done, &size), ncclSuccess);
+    ASSERT_EQ(done, 0) << "a receive completed with nothing sent";
+    (*looks)++;
+  }
+  *reads = mendNetSocketCtrlReadsForTest(rc) - before;
+  ASSERT_EQ(N->isend(sc, src.data(), src.size(), 0, nullptr, &sreq), ncclSuccess);
+  double t1 = nowMs();
+  int ssize = -1;
+  ASSERT_EQ(Drive(sreq, rreq, &ssize, &size, 5000), ncclSuccess) << "the message after the quiet period never came";
+  *takenMs = nowMs() - t1;
+  EXPECT_EQ(size, 8);
+  EXPECT_EQ(memcmp(src.data(), dst.data(), 8), 0);
+}
+
+TEST_F(NetSocketData, QuietReceiverReadsItsControlSocketPaced) {
+  void *sc, *rc;
+  Connect(&sc, &rc);
+  uint64_t looks, reads;
+  double taken;
+  QuietThenMessage(sc, rc, 200, &looks, &reads, &taken);
+  printf("[ NetSocket ] paced: %llu looks, %llu control reads in 200 ms; the message after it taken in %.3f ms\n",
+         (unsigned long long)looks, (unsigned long long)reads, taken);
+  uint64_t freeLooks = looks * 50 / 200000 + 1;  // looks of the first 50 us, at the loop's average rate
+  EXPECT_LE(reads, freeLooks + 90 + 200000 / 20 + 10);
+  EXPECT_LT(taken, 1000.0);
+  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
+  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
+
+  setenv("MEND_SOCKET_POLL_MAX_US", "0", 1);
+  Reconfigure();
+  Connect(&sc, &rc);
+  QuietThenMessage(sc, rc, 50, &looks, &reads, &taken);
+  printf("[ NetSocket ] unpaced: %llu looks, %llu control reads in 50 ms\n", (unsigned long long)looks,
+         (unsigned long long)reads);
+  EXPECT_EQ(reads, looks);
+  EXPECT_EQ(N->closeSend(sc), ncclSuccess);
+  EXPECT_EQ(N->closeRecv(rc), ncclSuccess);
 }
 
 // Under TSan every byte received is costly (96 x 4 MiB x 3 runs x 6 set-ups passed the 120 s watchdog)
