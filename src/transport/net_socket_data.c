@@ -193,7 +193,7 @@ static ncclResult_t ctrlRead(struct mendSocketComm* comm, char* dst, size_t len,
   if (have == 0) {
     /* Paced polling: a control socket that has been quiet for q ns is read on every look while q is
      * under 50 us (the waits of small messages), then again after q/32 (at most pollMaxNs), so a
-     * receiver waiting 4 ms for its peer's next chunk reads it about 150 times, not once per look (a
+     * receiver waiting 4 ms for its peer's next chunk reads it about 250 times, not once per look (a
      * look costs a system call: 300,000 a second per rank on a 3x3 testbed at 1 gbit, most of its
      * system time), and an arrival is seen at most 1/32 of its wait late. */
     uint64_t now = 0;
