@@ -41,6 +41,14 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
 #else
 #define MEND_RED_V4 0
 #endif
+/* bf16's conversion instruction (AVX512_BF16) for bf16's rounding, where the compiler knows it. */
+#if MEND_RED_V4 && (defined(__clang__) || __GNUC__ >= 10)
+#define MEND_RED_V4B 1
+#define MEND_RED_V4B_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,avx512bf16")))
+#else
+#define MEND_RED_V4B 0
+#endif
 
 #include "device/reduce_fp8.h"
 #if MEND_RED_V4
@@ -56,6 +64,31 @@ static copyTableRef copyActive = copyTable;
 static int vecActive, vecAvailable;
 static pthread_once_t vecOnce = PTHREAD_ONCE_INIT;
 
+#if MEND_RED_V4B
+/* The V4 tables with bf16's rounding by the CPU's instruction (filled once, in vecPick). */
+static mendRedFn redTableV4B[ncclNumTypes][MEND_RED_NKINDS];
+static mendRedCopyFn copyTableV4B[ncclNumTypes][MEND_RED_NKINDS];
+#endif
+
+/* The tables of set vec (0 baseline, 1 AVX-512, 2 AVX-512 with the BF16 conversion), or of the best
+ * set the CPU has under it. */
+static void vecTables(int vec, redTableRef* red, copyTableRef* copy) {
+  *red = redTable;
+  *copy = copyTable;
+#if MEND_RED_V4
+  if (vec >= 1 && vecAvailable >= 1) {
+    *red = redTableV4;
+    *copy = copyTableV4;
+  }
+#endif
+#if MEND_RED_V4B
+  if (vec >= 2 && vecAvailable >= 2) {
+    *red = (redTableRef)redTableV4B;
+    *copy = (copyTableRef)copyTableV4B;
+  }
+#endif
+}
+
 static void vecPick(void) {
 #if MEND_RED_V4
   __builtin_cpu_init();
@@ -63,15 +96,22 @@ static void vecPick(void) {
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                  __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #endif
-  vecActive = vecAvailable && mendParamReduceVec() != 0;
-#if MEND_RED_V4
-  if (vecActive) {
-    redActive = redTableV4;
-    copyActive = copyTableV4;
+#if MEND_RED_V4B
+  if (vecAvailable && __builtin_cpu_supports("avx512bf16")) {
+    vecAvailable = 2;
+    memcpy(redTableV4B, redTableV4, sizeof redTableV4B);
+    memcpy(copyTableV4B, copyTableV4, sizeof copyTableV4B);
+    redTableV4B[ncclBfloat16][MEND_RED_SUM] = redSumBf16V4B;
+    redTableV4B[ncclBfloat16][MEND_RED_PROD] = redProdBf16V4B;
+    redTableV4B[ncclBfloat16][MEND_RED_PREMULSUM] = redPreMulSumBf16V4B;
+    copyTableV4B[ncclBfloat16][MEND_RED_PREMULSUM] = copyPreMulBf16V4B;
   }
 #endif
+  vecActive = mendParamReduceVec() != 0 ? vecAvailable : 0;
+  vecTables(vecActive, &redActive, &copyActive);
   INFO(NCCL_INIT, "Host reductions of half, bf16 and fp8: %s loops (MEND_REDUCE_VEC=%lld, AVX-512 %s)",
-       vecActive ? "AVX-512" : "baseline", (long long)mendParamReduceVec(), vecAvailable ? "present" : "absent");
+       vecActive == 2 ? "AVX-512 with BF16 conversions" : vecActive ? "AVX-512" : "baseline",
+       (long long)mendParamReduceVec(), vecAvailable == 2 ? "and AVX512_BF16 present" : vecAvailable ? "present" : "absent");
 }
 
 int mendReduceVec(void) {
@@ -96,25 +136,19 @@ void mendReduceCopy(const struct mendRedOp* op, void* dst, const void* src, size
 
 void mendReduceWith(int vec, const struct mendRedOp* op, void* dst, const void* local, const void* peer, size_t n,
                     int flags) {
+  redTableRef red;
+  copyTableRef copy;
   pthread_once(&vecOnce, vecPick);
-#if MEND_RED_V4
-  if (vec && vecAvailable) {
-    redTableV4[op->type][op->kind](op, dst, local, peer, n, flags);
-    return;
-  }
-#endif
-  redTable[op->type][op->kind](op, dst, local, peer, n, flags);
+  vecTables(vec, &red, &copy);
+  red[op->type][op->kind](op, dst, local, peer, n, flags);
 }
 
 void mendReduceCopyWith(int vec, const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags) {
+  redTableRef red;
+  copyTableRef copy;
   pthread_once(&vecOnce, vecPick);
-#if MEND_RED_V4
-  if (vec && vecAvailable) {
-    copyTableV4[op->type][op->kind](op, dst, src, n, flags);
-    return;
-  }
-#endif
-  copyTable[op->type][op->kind](op, dst, src, n, flags);
+  vecTables(vec, &red, &copy);
+  copy[op->type][op->kind](op, dst, src, n, flags);
 }
 
 static const uint8_t typeSizes[ncclNumTypes] = {

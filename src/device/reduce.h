@@ -93,9 +93,10 @@ void mendReduce(const struct mendRedOp* op, void* dst, const void* local, const 
 void mendReduceCopy(const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags);
 
 /* The loops behind mendReduce/mendReduceCopy: half, bf16 and fp8 have a second set for AVX-512
- * (F16C for half), chosen once from the CPU and MEND_REDUCE_VEC; every other type has one set.
- * Both sets give the same bits.  mendReduceVec: 1 when the AVX-512 set is in use.  The ...With
- * forms run a given set (vec 1 falls back to the baseline where the CPU lacks AVX-512): tests and
+ * (F16C for half), and bf16 a third that rounds with AVX512_BF16's conversion, chosen once from
+ * the CPU and MEND_REDUCE_VEC; every other type has one set.  All sets give the same bits.
+ * mendReduceVec: the set in use (0 baseline, 1 AVX-512, 2 AVX-512 with BF16); ...Available: the
+ * best the CPU has.  The ...With forms run a given set, or the best the CPU has under it: tests and
  * benchmarks compare them. */
 int mendReduceVec(void);
 int mendReduceVecAvailable(void);

@@ -5,7 +5,7 @@
  * even by adding 0x7fff plus the kept part's lowest bit, a NaN kept quiet (its top half with the
  * quiet bit set).  The same steps as the scalar code, so the same bits (test_reduce_vec.cc checks
  * every value against a set of partners that covers the special ones).  The tail runs the scalar
- * code.
+ * code.  Where the CPU has AVX512_BF16, a second set rounds with its conversion instruction (V4B).
  */
 #ifndef MEND_DEVICE_REDUCE_X86_BF16_H_
 #define MEND_DEVICE_REDUCE_X86_BF16_H_
@@ -31,53 +31,69 @@ B16_INLINE __m256i b16Round(__m512 f) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(isNan, rne, nan));
 }
 
-B16_INLINE void b16Store(mendUBf16V4* p, __m512 f) { _mm256_storeu_si256((__m256i*)(void*)p, b16Round(f)); }
+/* 16 bf16 back to float: what a scalar step that returns a bf16 leaves. */
+B16_INLINE __m512 b16Widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
-/* A value rounded to bf16 and read back (what a scalar step that returns a bf16 leaves). */
-B16_INLINE __m512 b16Reread(__m512 f) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b16Round(f)), 16));
+/* The loops, for a rounding R (b16Round, or b16RoundN with the CPU's BF16 conversion) and a target
+ * attribute T; suffix V the table entry's name (V4, V4B). */
+#define B16_LOOPS(V, T, R)                                                                  \
+  T static void redSumBf16##V(RED_PARAMS) {                                                 \
+    RED_PTRS(mendUBf16V4);                                                                  \
+    size_t i = 0;                                                                           \
+    for (; i + 16 <= n; i += 16)                                                            \
+      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(_mm512_add_ps(b16Load(a + i), b16Load(b + i)))); \
+    for (; i < n; i++) d[i] = mendSumBf16(a[i], b[i]);                                      \
+  }                                                                                         \
+  T static void redProdBf16##V(RED_PARAMS) {                                                \
+    RED_PTRS(mendUBf16V4);                                                                  \
+    size_t i = 0;                                                                           \
+    for (; i + 16 <= n; i += 16)                                                            \
+      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(_mm512_mul_ps(b16Load(a + i), b16Load(b + i)))); \
+    for (; i < n; i++) d[i] = mendProdBf16(a[i], b[i]);                                     \
+  }                                                                                         \
+  /* PreMulSum: the own input times the scalar (rounded to bf16), then the sum (rounded). */ \
+  T static void redPreMulSumBf16##V(RED_PARAMS) {                                           \
+    if (!(flags & MEND_RED_PREOP)) {                                                        \
+      redSumBf16##V(op, dst, x, y, n, flags);                                               \
+      return;                                                                               \
+    }                                                                                       \
+    RED_PTRS(mendUBf16V4);                                                                  \
+    uint16_t s;                                                                             \
+    redScalar(op, &s, sizeof s);                                                            \
+    __m512 vs = _mm512_set1_ps(mendBf16ToFloat(s));                                         \
+    size_t i = 0;                                                                           \
+    for (; i + 16 <= n; i += 16) {                                                          \
+      __m512 p = b16Widen(R(_mm512_mul_ps(b16Load(a + i), vs)));                            \
+      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(_mm512_add_ps(p, b16Load(b + i))));   \
+    }                                                                                       \
+    for (; i < n; i++) d[i] = mendSumBf16(mendProdBf16(a[i], s), b[i]);                     \
+  }                                                                                         \
+  T static void copyPreMulBf16##V(COPY_PARAMS) {                                            \
+    if (!(flags & MEND_RED_PREOP)) {                                                        \
+      copyPlain(dst, x, n * sizeof(uint16_t));                                              \
+      return;                                                                               \
+    }                                                                                       \
+    COPY_PTRS(mendUBf16V4);                                                                 \
+    uint16_t s;                                                                             \
+    redScalar(op, &s, sizeof s);                                                            \
+    __m512 vs = _mm512_set1_ps(mendBf16ToFloat(s));                                         \
+    size_t i = 0;                                                                           \
+    for (; i + 16 <= n; i += 16)                                                            \
+      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(_mm512_mul_ps(b16Load(a + i), vs)));  \
+    for (; i < n; i++) d[i] = mendProdBf16(a[i], s);                                        \
+  }
+
+B16_LOOPS(V4, MEND_RED_V4_TARGET, b16Round)
+
+/* CPUs with AVX512_BF16 (MEND_RED_V4B): vcvtneps2bf16 rounds to nearest even and quiets a NaN as
+ * the integer steps do, but reads a subnormal float as zero; a vector holding one (rare: its
+ * magnitude is under 2^-126) takes the integer steps instead, so the bits stay the same. */
+#if MEND_RED_V4B
+MEND_RED_V4B_TARGET static inline __attribute__((always_inline)) __m256i b16RoundN(__m512 f) {
+  if (__builtin_expect(_mm512_fpclass_ps_mask(f, 0x20) != 0, 0)) return b16Round(f);
+  return (__m256i)_mm512_cvtneps_pbh(f);
 }
-
-#define B16_BINARY(Name, vop, sop)                                                      \
-  MEND_RED_V4_TARGET static void Name(RED_PARAMS) {                                     \
-    RED_PTRS(mendUBf16V4);                                                              \
-    size_t i = 0;                                                                       \
-    for (; i + 16 <= n; i += 16) b16Store(d + i, vop(b16Load(a + i), b16Load(b + i)));  \
-    for (; i < n; i++) d[i] = sop(a[i], b[i]);                                          \
-  }
-B16_BINARY(redSumBf16V4, _mm512_add_ps, mendSumBf16)
-B16_BINARY(redProdBf16V4, _mm512_mul_ps, mendProdBf16)
-
-/* PreMulSum: the own input times the scalar (rounded to bf16), then the sum (rounded). */
-MEND_RED_V4_TARGET static void redPreMulSumBf16V4(RED_PARAMS) {
-  if (!(flags & MEND_RED_PREOP)) {
-    redSumBf16V4(op, dst, x, y, n, flags);
-    return;
-  }
-  RED_PTRS(mendUBf16V4);
-  uint16_t s;
-  redScalar(op, &s, sizeof s);
-  __m512 vs = _mm512_set1_ps(mendBf16ToFloat(s));
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 p = b16Reread(_mm512_mul_ps(b16Load(a + i), vs));
-    b16Store(d + i, _mm512_add_ps(p, b16Load(b + i)));
-  }
-  for (; i < n; i++) d[i] = mendSumBf16(mendProdBf16(a[i], s), b[i]);
-}
-
-MEND_RED_V4_TARGET static void copyPreMulBf16V4(COPY_PARAMS) {
-  if (!(flags & MEND_RED_PREOP)) {
-    copyPlain(dst, x, n * sizeof(uint16_t));
-    return;
-  }
-  COPY_PTRS(mendUBf16V4);
-  uint16_t s;
-  redScalar(op, &s, sizeof s);
-  __m512 vs = _mm512_set1_ps(mendBf16ToFloat(s));
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) b16Store(d + i, _mm512_mul_ps(b16Load(a + i), vs));
-  for (; i < n; i++) d[i] = mendProdBf16(a[i], s);
-}
+B16_LOOPS(V4B, MEND_RED_V4B_TARGET, b16RoundN)
+#endif
 
 #endif

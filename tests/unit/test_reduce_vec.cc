@@ -1,5 +1,5 @@
 // The vector loops of the narrow floats (AVX-512 / F16C, src/device/reduce_x86.h and the generated
-// V4 loops) and the fp8 result tables (src/device/reduce_fp8.h) give the same bits as the baseline
+// V4 loops; bf16's with AVX512_BF16 rounding where the CPU has it) and the fp8 result tables (src/device/reduce_fp8.h) give the same bits as the baseline
 // loops and as dtypes.h's element functions: every fp8 pair, every half/bf16 value against a set of
 // partners that covers the special values, every kind, unaligned pointers and every tail length.
 #include <gtest/gtest.h>
@@ -82,10 +82,11 @@ void checkPairs(ncclDataType_t type, const std::vector<S>& a, const std::vector<
   const int flags = MEND_RED_PREOP | MEND_RED_POSTOP;
   size_t n = a.size();
   std::vector<S> base(n), vec(n);
+  for (int set = 1; set <= mendReduceVecAvailable(); set++) {
   for (int kind : kKinds) {
     mendRedOp op = makeOp(type, kind, scalar, 3);
     mendReduceWith(0, &op, base.data(), a.data(), b.data(), n, flags);
-    mendReduceWith(1, &op, vec.data(), a.data(), b.data(), n, flags);
+    mendReduceWith(set, &op, vec.data(), a.data(), b.data(), n, flags);
     size_t bad = 0, first = n;
     for (size_t i = 0; i < n; i++) {
       S want = reference<S>(type, op, a[i], b[i]);
@@ -95,7 +96,7 @@ void checkPairs(ncclDataType_t type, const std::vector<S>& a, const std::vector<
       }
     }
     if (bad) {
-      ADD_FAILURE() << mendTypeName(type) << " " << mendRedKindName(kind) << ": " << bad << " of " << n
+      ADD_FAILURE() << mendTypeName(type) << " " << mendRedKindName(kind) << " set " << set << ": " << bad << " of " << n
                     << " differ; first a=0x" << std::hex << (unsigned)a[first] << " b=0x" << (unsigned)b[first]
                     << " reference 0x" << (unsigned)reference<S>(type, op, a[first], b[first]) << " baseline 0x"
                     << (unsigned)base[first] << " vector 0x" << (unsigned)vec[first];
@@ -103,7 +104,7 @@ void checkPairs(ncclDataType_t type, const std::vector<S>& a, const std::vector<
     // The copy forms: pre-multiplication of the own input, division of a final value.
     // (A NaN times a NaN scalar may carry either payload: compared as in same().)
     mendReduceCopyWith(0, &op, base.data(), a.data(), n, flags);
-    mendReduceCopyWith(1, &op, vec.data(), a.data(), n, flags);
+    mendReduceCopyWith(set, &op, vec.data(), a.data(), n, flags);
     S sc;
     memcpy(&sc, &op.scalar, sizeof sc);
     bad = 0;
@@ -111,7 +112,8 @@ void checkPairs(ncclDataType_t type, const std::vector<S>& a, const std::vector<
       bool nanPair = kind == MEND_RED_PREMULSUM && isNan(type, a[i]) && isNan(type, sc);
       if (base[i] != vec[i] && !(nanPair && isNan(type, base[i]) && isNan(type, vec[i]))) bad++;
     }
-    EXPECT_EQ(0u, bad) << mendTypeName(type) << " copy " << mendRedKindName(kind);
+    EXPECT_EQ(0u, bad) << mendTypeName(type) << " copy " << mendRedKindName(kind) << " set " << set;
+  }
   }
 }
 
@@ -185,12 +187,13 @@ void checkUnaligned(ncclDataType_t type, std::mt19937& rng) {
       std::vector<uint8_t> a(bytes), b(bytes), base(bytes), vec(bytes);
       for (auto& x : a) x = (uint8_t)rng();
       for (auto& x : b) x = (uint8_t)rng();
-      for (int kind : kKinds) {
+      for (int k = 0; k < (int)(sizeof kKinds / sizeof kKinds[0]) * mendReduceVecAvailable(); k++) {
+        int kind = kKinds[k % (sizeof kKinds / sizeof kKinds[0])], set = 1 + k / (int)(sizeof kKinds / sizeof kKinds[0]);
         mendRedOp op = makeOp(type, kind, sizeof(S) == 2 ? 0x3c00 : 0x38, 4);
         memset(base.data(), 0xa5, bytes);
         memset(vec.data(), 0xa5, bytes);
         mendReduceWith(0, &op, base.data() + off, a.data() + off, b.data() + off, n, flags);
-        mendReduceWith(1, &op, vec.data() + off, a.data() + off, b.data() + off, n, flags);
+        mendReduceWith(set, &op, vec.data() + off, a.data() + off, b.data() + off, n, flags);
         // Nothing written outside the n elements; inside, both equal the reference.
         for (size_t i = 0; i < bytes; i++) {
           if (i < off || i >= off + n * sizeof(S)) {
@@ -205,8 +208,8 @@ void checkUnaligned(ncclDataType_t type, std::mt19937& rng) {
           memcpy(&q, vec.data() + off + i * sizeof(S), sizeof(S));
           S want = reference<S>(type, op, x, y);
           ASSERT_TRUE(same(type, op, x, y, want, p) && same(type, op, x, y, want, q))
-              << mendTypeName(type) << " " << mendRedKindName(kind) << " n=" << n << " offset " << off << " element "
-              << i;
+              << mendTypeName(type) << " " << mendRedKindName(kind) << " set " << set << " n=" << n << " offset " << off
+              << " element " << i;
         }
       }
     }
@@ -233,16 +236,17 @@ TEST(ReduceVec, InPlaceMatchesOutOfPlace) {
     for (int kind : kKinds) {
       mendRedOp op = makeOp(type, kind, mendTypeSize(type) == 2 ? 0x3c00 : 0x38, 2);
       std::vector<uint8_t> inA = a, inB = b;
-      mendReduceWith(1, &op, out.data(), a.data(), b.data(), n, MEND_RED_PREOP);
-      mendReduceWith(1, &op, inA.data(), inA.data(), b.data(), n, MEND_RED_PREOP);  // dst == local
-      mendReduceWith(1, &op, inB.data(), a.data(), inB.data(), n, MEND_RED_PREOP);  // dst == peer
+      const int set = mendReduceVecAvailable();  // the best set
+      mendReduceWith(set, &op, out.data(), a.data(), b.data(), n, MEND_RED_PREOP);
+      mendReduceWith(set, &op, inA.data(), inA.data(), b.data(), n, MEND_RED_PREOP);  // dst == local
+      mendReduceWith(set, &op, inB.data(), a.data(), inB.data(), n, MEND_RED_PREOP);  // dst == peer
       EXPECT_EQ(out, inA) << mendTypeName(type) << " " << mendRedKindName(kind);
       EXPECT_EQ(out, inB) << mendTypeName(type) << " " << mendRedKindName(kind);
     }
   }
 }
 
-// Collectives use the vector loops when the CPU has them and MEND_REDUCE_VEC is left at 1.
+// Collectives use the best vector loops the CPU has when MEND_REDUCE_VEC is left at 1.
 TEST(ReduceVec, ChosenFromTheCpuByDefault) {
   if (getenv("MEND_REDUCE_VEC")) GTEST_SKIP() << "MEND_REDUCE_VEC is set";
   EXPECT_EQ(mendReduceVecAvailable(), mendReduceVec());
