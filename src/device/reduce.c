@@ -41,11 +41,12 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
 #else
 #define MEND_RED_V4 0
 #endif
-/* bf16's conversion instruction (AVX512_BF16) for bf16's rounding, where the compiler knows it. */
+/* A third set where the compiler knows AVX512_BF16 and AVX512_VBMI: bf16 rounded by the CPU's
+ * conversion, fp8 decoded by byte unpacks (e4m3 through byte permutes). */
 #if MEND_RED_V4 && (defined(__clang__) || __GNUC__ >= 10)
 #define MEND_RED_V4B 1
 #define MEND_RED_V4B_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,avx512bf16")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,avx512bf16,avx512vbmi")))
 #else
 #define MEND_RED_V4B 0
 #endif
@@ -97,14 +98,23 @@ static void vecPick(void) {
                  __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #endif
 #if MEND_RED_V4B
-  if (vecAvailable && __builtin_cpu_supports("avx512bf16")) {
+  if (vecAvailable && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi")) {
     vecAvailable = 2;
+    f8DecFill();
     memcpy(redTableV4B, redTableV4, sizeof redTableV4B);
     memcpy(copyTableV4B, copyTableV4, sizeof copyTableV4B);
     redTableV4B[ncclBfloat16][MEND_RED_SUM] = redSumBf16V4B;
     redTableV4B[ncclBfloat16][MEND_RED_PROD] = redProdBf16V4B;
     redTableV4B[ncclBfloat16][MEND_RED_PREMULSUM] = redPreMulSumBf16V4B;
     copyTableV4B[ncclBfloat16][MEND_RED_PREMULSUM] = copyPreMulBf16V4B;
+    redTableV4B[ncclFloat8e4m3][MEND_RED_SUM] = redSumE4m3V4B;
+    redTableV4B[ncclFloat8e4m3][MEND_RED_PROD] = redProdE4m3V4B;
+    redTableV4B[ncclFloat8e4m3][MEND_RED_PREMULSUM] = redPreMulSumE4m3V4B;
+    copyTableV4B[ncclFloat8e4m3][MEND_RED_PREMULSUM] = copyPreMulE4m3V4B;
+    redTableV4B[ncclFloat8e5m2][MEND_RED_SUM] = redSumE5m2V4B;
+    redTableV4B[ncclFloat8e5m2][MEND_RED_PROD] = redProdE5m2V4B;
+    redTableV4B[ncclFloat8e5m2][MEND_RED_PREMULSUM] = redPreMulSumE5m2V4B;
+    copyTableV4B[ncclFloat8e5m2][MEND_RED_PREMULSUM] = copyPreMulE5m2V4B;
   }
 #endif
   vecActive = mendParamReduceVec() != 0 ? vecAvailable : 0;

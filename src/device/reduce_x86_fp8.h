@@ -13,6 +13,7 @@
  *           the p-bit fp8 formats (p = 4, 3), enough for the sum or product of two operands, and
  *           tests/unit/test_reduce_vec.cc proves it on the whole domain: every pair of operands
  *           against dtypes.h's functions, which round once.
+ * A second form of the same steps, 64 elements at a time, for CPUs with AVX512_VBMI, is at the end.
  */
 #ifndef MEND_DEVICE_REDUCE_X86_FP8_H_
 #define MEND_DEVICE_REDUCE_X86_FP8_H_
@@ -53,17 +54,22 @@ F8_INLINE __m256i f8RoundHalf(__m512 f) {
   return _mm512_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-/* 32 floats -> 32 fp8: `shift` drops the half's extra mantissa bits (7 for e4m3, whose floats are
- * the values times 2^-8; 8 for e5m2), `maxEnc` is the largest finite magnitude. */
-F8_INLINE __m256i f8Encode(struct f8x32 f, int shift, short maxEnc) {
+/* 32 floats -> 32 fp8 codes in 16-bit lanes: `shift` drops the half's extra mantissa bits (7 for
+ * e4m3, whose floats are the values times 2^-8; 8 for e5m2), `maxEnc` is the largest finite
+ * magnitude. */
+F8_INLINE __m512i f8EncodeW(struct f8x32 f, int shift, short maxEnc) {
   __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(f8RoundHalf(f.lo)), f8RoundHalf(f.hi), 1);
   __m512i mag = _mm512_and_si512(h, F8_W(0x7fff));
   __m512i odd = _mm512_and_si512(_mm512_srli_epi16(mag, (unsigned)shift), F8_W(1));
   __m512i bias = _mm512_add_epi16(F8_W((1 << (shift - 1)) - 1), odd);
   __m512i enc = _mm512_min_epu16(_mm512_srli_epi16(_mm512_add_epi16(mag, bias), (unsigned)shift), F8_W(maxEnc));
   enc = _mm512_mask_blend_epi16(_mm512_cmpgt_epu16_mask(mag, F8_W(0x7c00)), enc, F8_W(0x7f));
-  enc = _mm512_or_si512(enc, _mm512_and_si512(_mm512_srli_epi16(h, 8), F8_W(0x80)));
-  return _mm512_cvtepi16_epi8(enc);
+  return _mm512_or_si512(enc, _mm512_and_si512(_mm512_srli_epi16(h, 8), F8_W(0x80)));
+}
+
+/* The same, narrowed to 32 bytes. */
+F8_INLINE __m256i f8Encode(struct f8x32 f, int shift, short maxEnc) {
+  return _mm512_cvtepi16_epi8(f8EncodeW(f, shift, maxEnc));
 }
 
 #define F8_LOAD(p) _mm256_loadu_si256((const __m256i*)(const void*)(p))
@@ -155,5 +161,135 @@ F8_V4_SELECT(redMinE5m2V4, E5m2, _CMP_LT_OQ, mendMinE5m2)
   }
 F8_V4_LOOPS(E4m3, FP8_E4M3)
 F8_V4_LOOPS(E5m2, FP8_E5M2)
+
+
+/* ---- With AVX512_VBMI (MEND_RED_V4B) ----
+ * Sixty-four elements at a time, decoded to two vectors of 32 halves by unpacking bytes: for e5m2
+ * the byte under a zero byte (a half's top byte); for e4m3, vpermi2b reads each byte's magnitude (its
+ * low 7 bits) in two 128-entry tables, the low and high bytes of the half that f8DecodeE4m3 makes
+ * of it (NaN included; built at start by that same rule), the sign bit OR'ed into the high byte.
+ * The unpacks shuffle the order within each 128-bit lane; one pack of the two encoded vectors
+ * (f8EncodeW's 16-bit codes) undoes exactly that shuffle, where the narrowing of each vector costs
+ * more.  Between them, the steps above: floats, the operation, f8EncodeW.  (Encoding floats
+ * straight to fp8 in 32-bit integer lanes, without the half conversions, measured slower: twice
+ * the lanes for the rounding steps.) */
+#if MEND_RED_V4B
+static uint8_t f8DecBytes[2][128] __attribute__((aligned(64))); /* e4m3: [low, high][magnitude] */
+
+static void f8DecFill(void) {
+  for (uint32_t m = 0; m < 128; m++) {
+    uint32_t h = m << 7 | (m == 0x7f ? 0x7e00u : 0u);
+    f8DecBytes[0][m] = (uint8_t)h;
+    f8DecBytes[1][m] = (uint8_t)(h >> 8);
+  }
+}
+
+#define F8B_INLINE MEND_RED_V4B_TARGET static inline __attribute__((always_inline))
+
+struct f8Dec {
+  __m512i lo0, lo1, hi0, hi1;
+};
+
+F8B_INLINE struct f8Dec f8DecTables(void) {
+  struct f8Dec t = {_mm512_load_si512(f8DecBytes[0]), _mm512_load_si512(f8DecBytes[0] + 64),
+                    _mm512_load_si512(f8DecBytes[1]), _mm512_load_si512(f8DecBytes[1] + 64)};
+  return t;
+}
+
+/* 64 fp8 -> two vectors of 32 halves, lane-shuffled (e4m3: the values times 2^-8). */
+F8B_INLINE void f8DecodeBE4m3(__m512i v, const struct f8Dec* t, __m512i* w0, __m512i* w1) {
+  __m512i lo = _mm512_permutex2var_epi8(t->lo0, v, t->lo1);
+  __m512i hi = _mm512_permutex2var_epi8(t->hi0, v, t->hi1);
+  hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xf8); /* hi | (v & 0x80) */
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+F8B_INLINE void f8DecodeBE5m2(__m512i v, const struct f8Dec* t, __m512i* w0, __m512i* w1) {
+  (void)t;
+  *w0 = _mm512_unpacklo_epi8(_mm512_setzero_si512(), v);
+  *w1 = _mm512_unpackhi_epi8(_mm512_setzero_si512(), v);
+}
+
+#define F8B_LD(p) _mm512_loadu_si512((const void*)(p))
+#define F8B_ST(p, v) _mm512_storeu_si512((void*)(p), (v))
+
+/* One format's loops (SHIFT, MAXENC, K as in F8_V4_STEPS; FMT its result tables, for the tails).
+ * ENC2: the two halves' codes packed back into 64 bytes in order. */
+#define F8_V4B_LOOPS(Tag, FMT, SHIFT, MAXENC, K)                                                 \
+  F8B_INLINE __m512i f8Enc2##Tag(struct f8x32 x0, struct f8x32 x1) {                             \
+    return _mm512_packus_epi16(f8EncodeW(x0, SHIFT, MAXENC), f8EncodeW(x1, SHIFT, MAXENC));      \
+  }                                                                                              \
+  MEND_RED_V4B_TARGET static void redSum##Tag##V4B(RED_PARAMS) {                                 \
+    RED_PTRS(mendUFp8);                                                                          \
+    const struct f8Dec t = f8DecTables();                                                        \
+    size_t i = 0;                                                                                \
+    for (; i + 64 <= n; i += 64) {                                                               \
+      __m512i a0, a1, b0, b1;                                                                    \
+      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
+      f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                               \
+      F8B_ST(d + i, f8Enc2##Tag(f8Add(f8HalvesToFloats(a0), f8HalvesToFloats(b0)),               \
+                                f8Add(f8HalvesToFloats(a1), f8HalvesToFloats(b1))));             \
+    }                                                                                            \
+    fp8Lookup(fp8Table(FMT, FP8_SUM), d + i, a + i, b + i, n - i);                               \
+  }                                                                                              \
+  MEND_RED_V4B_TARGET static void redProd##Tag##V4B(RED_PARAMS) {                                \
+    RED_PTRS(mendUFp8);                                                                          \
+    const struct f8Dec t = f8DecTables();                                                        \
+    const __m512 k = _mm512_set1_ps(K);                                                          \
+    size_t i = 0;                                                                                \
+    for (; i + 64 <= n; i += 64) {                                                               \
+      __m512i a0, a1, b0, b1;                                                                    \
+      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
+      f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                               \
+      F8B_ST(d + i, f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), f8HalvesToFloats(b0), k),            \
+                                f8Mul(f8HalvesToFloats(a1), f8HalvesToFloats(b1), k)));          \
+    }                                                                                            \
+    fp8Lookup(fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, n - i);                              \
+  }                                                                                              \
+  MEND_RED_V4B_TARGET static void redPreMulSum##Tag##V4B(RED_PARAMS) {                           \
+    if (!(flags & MEND_RED_PREOP)) {                                                             \
+      redSum##Tag##V4B(op, dst, x, y, n, flags);                                                 \
+      return;                                                                                    \
+    }                                                                                            \
+    RED_PTRS(mendUFp8);                                                                          \
+    uint8_t s;                                                                                   \
+    redScalar(op, &s, sizeof s);                                                                 \
+    const struct f8Dec t = f8DecTables();                                                        \
+    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                            \
+    const __m512 k = _mm512_set1_ps(K);                                                          \
+    size_t i = 0;                                                                                \
+    for (; i + 64 <= n; i += 64) { /* the product is rounded to fp8 before the sum */            \
+      __m512i a0, a1, b0, b1, p0, p1;                                                            \
+      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
+      f8DecodeB##Tag(f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), vs, k), f8Mul(f8HalvesToFloats(a1), vs, k)), &t, \
+                     &p0, &p1);                                                                  \
+      f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                               \
+      F8B_ST(d + i, f8Enc2##Tag(f8Add(f8HalvesToFloats(p0), f8HalvesToFloats(b0)),               \
+                                f8Add(f8HalvesToFloats(p1), f8HalvesToFloats(b1))));             \
+    }                                                                                            \
+    fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, s, n - i); \
+  }                                                                                              \
+  MEND_RED_V4B_TARGET static void copyPreMul##Tag##V4B(COPY_PARAMS) {                            \
+    if (!(flags & MEND_RED_PREOP)) {                                                             \
+      copyPlain(dst, x, n);                                                                      \
+      return;                                                                                    \
+    }                                                                                            \
+    COPY_PTRS(mendUFp8);                                                                         \
+    uint8_t s;                                                                                   \
+    redScalar(op, &s, sizeof s);                                                                 \
+    const struct f8Dec t = f8DecTables();                                                        \
+    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                            \
+    const __m512 k = _mm512_set1_ps(K);                                                          \
+    size_t i = 0;                                                                                \
+    for (; i + 64 <= n; i += 64) {                                                               \
+      __m512i a0, a1;                                                                            \
+      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
+      F8B_ST(d + i, f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), vs, k), f8Mul(f8HalvesToFloats(a1), vs, k))); \
+    }                                                                                            \
+    fp8LookupScalar(fp8Table(FMT, FP8_PROD), d + i, a + i, s, n - i);                            \
+  }
+F8_V4B_LOOPS(E4m3, FP8_E4M3, 7, 0x7e, 256.0f)
+F8_V4B_LOOPS(E5m2, FP8_E5M2, 8, 0x7b, 1.0f)
+#endif
 
 #endif
