@@ -105,6 +105,9 @@ def main():
                          "stands for it: the same programs)")
     ap.add_argument("--calib", choices=("network", "builtin"), default="network",
                     help="cost-model constants: the simulated network's (default) or the built-in ones")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the simulations of <out>/r2ccl_study.csv (same build, same sizes) and run only "
+                         "the missing ones: a sweep grows by patterns across runs")
     ap.add_argument("--plot-only", action="store_true",
                     help="simulate nothing: print the table and draw the plot from <out>/r2ccl_study.csv")
     args = ap.parse_args()
@@ -126,14 +129,17 @@ def main():
     compute = 6 * 7e9 * 512 * 2048 / (gpus * 989e12 * 0.40)          # seconds
     scale = grad / args.bytes
     t0 = time.time()
-    _, healthy = simulate(args, [], "auto")
+    kept, healthy = resumed(args) if args.resume else ({}, None)
+    if healthy is None:
+        _, healthy = simulate(args, [], "auto")
     runs = [(k, p, m) for k in range(1, args.kmax + 1) for p in range(args.patterns) for m in MODES]
     picks = {}
     if not args.simulate_auto:
         picks = {(k, p): choice(args, pattern(args, k, p)) for k, p, m in runs if m == "auto"}
-    jobs = [j for j in runs if j[2] != "auto" or picks.get(j[:2]) not in ("backup", "balance")]
+    jobs = [j for j in runs if (j[2] != "auto" or picks.get(j[:2]) not in ("backup", "balance")) and j not in kept]
     with ThreadPoolExecutor(args.jobs) as ex:
         res = dict(zip(jobs, ex.map(lambda j: simulate(args, pattern(args, j[0], j[1]), j[2]), jobs)))
+    res.update(kept)
     rows = []
     for k, p, m in runs:
         simulated = (k, p, m) in res
@@ -145,10 +151,26 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print("%d simulations in %.0f s" % (len(jobs) + 1, time.time() - t0))
+    print("%d simulations in %.0f s" % (len(jobs) + (0 if args.resume else 1), time.time() - t0))
     print("healthy AllReduce %.6f s at %d bytes; iteration: compute %.3f s + AllReduce %.3f s (%.0f MB/server)"
           % (healthy, args.bytes, compute, healthy * scale, grad / 1e6))
     summarize(args, rows)
+
+
+def resumed(args):
+    """{(k, pattern, mode): (chosen, seconds)} of the simulated rows of an earlier run, and its healthy
+    time (None when there is no earlier run)."""
+    path = os.path.join(args.out, "r2ccl_study.csv")
+    if not os.path.exists(path):
+        return {}, None
+    kept, healthy = {}, None
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if int(r["simulated"]):
+                kept[(int(r["k"]), int(r["pattern"]), r["mode"])] = (r["chosen"], float(r["allreduce_s"]))
+                healthy = float(r["allreduce_s"]) / float(r["vs_healthy"])
+    print("resuming: %d simulations kept from %s" % (len(kept), path))
+    return kept, healthy
 
 
 def summarize(args, rows):
