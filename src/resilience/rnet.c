@@ -231,6 +231,7 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
   if (!ackMayBeDue(rc)) return ncclSuccess;
   while (rc->ctrlDone < rc->ctrlPosted) {
     int k = (int)(rc->ctrlDone % RNET_NCTRL), done = 0, size = 0;
+    rc->ctrlLooks++;
     MENDCHECK(rc->base->test(rc->ctrlReq[k], &done, &size));
     if (!done) break;
     rc->ctrlReq[k] = NULL;
@@ -538,6 +539,7 @@ ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st) {
   st->failovers = rc->failovers;
   st->failbacks = rc->failbacks;
   st->rebuilds = rc->rebuilds;
+  st->ctrlLooks = rc->ctrlLooks;
   st->cross = rc->crossPath;
   st->relay = rc->crossPath >= 0 && rc->paths[rc->crossPath].relayed ? rc->paths[rc->crossPath].relayRank : -1;
   for (int p = 0; p < rc->nPaths; p++) {

@@ -58,6 +58,7 @@ struct mendRnetStats {
   uint64_t failovers;                      /* paths failed under this connection */
   uint64_t failbacks;                      /* planned returns to a rebuilt preferred path */
   uint64_t rebuilds;                       /* dead paths made backups again */
+  uint64_t ctrlLooks;                      /* sender: tests of its control comm for acknowledgements */
   int cross;                               /* the last-resort slot: crossing or relay path (rnet_cross.c); -1: none */
   int relay;                               /* the bridge rank when that slot is a relay path; -1: not one */
   uint64_t msgs[MEND_RNET_MAX_SLOTS];      /* messages carried per path */

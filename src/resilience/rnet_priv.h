@@ -251,6 +251,7 @@ struct rnetComm {
   void* ctrlReq[RNET_NCTRL];                      /* control requests in flight (ring) */
   uint64_t ctrlPosted, ctrlDone;                  /* ring counters */
   uint64_t ctrlSent;                              /* receiver: highest value sent */
+  uint64_t ctrlLooks;                             /* sender: tests of the control comm (mendRnetGetStats) */
   uint64_t ackDelayNs;                            /* receiver: hold small messages' acknowledgement this long (0: never) */
   uint64_t ackHeldNs;                             /* receiver: when the oldest unacknowledged placed message was placed */
   uint64_t lastPlacedNs;                          /* receiver: when the newest one was placed */

@@ -251,6 +251,50 @@ TEST_F(RnetHoldTest, HeldPastTheDelayGoesOutAtTheNextLook) {
   Unregister();
 }
 
+// The sender follows the receiver's rule: it looks for an acknowledgement only once one can have
+// been sent (six out, or the delay passed), not at every call (each look is a receive syscall).
+TEST_F(RnetHoldTest, SenderLooksForAcknowledgementsOnlyWhenOneCanHaveCome) {
+  Delay(200 * 1000);
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Buffers());
+  void* sreq[6];
+  for (int k = 0; k < 3; k++) {
+    sreq[k] = Send(k, 8);
+    ASSERT_TRUE(Poll(Recv(k), 5000)) << "message " << k << " not received";
+  }
+  uint64_t looks = Stats(sc_).ctrlLooks;
+  double t0 = nowMs();
+  EXPECT_FALSE(Poll(sreq[0], 20)) << "acknowledged with three held";
+  if (nowMs() - t0 < 150) {
+    EXPECT_EQ(looks, Stats(sc_).ctrlLooks) << "the sender looked with three out";
+  }
+  void* rreq[6];
+  for (int k = 3; k < 6; k++) rreq[k] = Recv(k);
+  for (int k = 3; k < 6; k++) sreq[k] = Send(k, 8);
+  usleep(50 * 1000);  // the call that places them has data to act on: the batch is held
+  ASSERT_TRUE(Poll(rreq[5], 5000));  // one call placed all three
+  int done = 0, size = 0;
+  for (int i = 0; i < 10 && !done; i++) ASSERT_EQ(R->test(sreq[0], &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 0) << "acknowledged while the receiver held six";
+  EXPECT_GT(Stats(sc_).ctrlLooks, looks) << "six out: the sender must look";
+  for (int k = 3; k < 5; k++) ASSERT_TRUE(Poll(rreq[k], 1));
+  void* next = Recv(6);
+  EXPECT_FALSE(Poll(next, 1));  // the receiver waits: the batch goes out
+  for (int k = done; k < 6; k++) EXPECT_TRUE(Poll(sreq[k], 5000)) << "message " << k << " never acknowledged";
+  extra_.push_back(next);
+  // One out past the delay: looked for, and acknowledged once the receiver's next look sends it.
+  void* last = Send(6, 8);
+  ASSERT_TRUE(Poll(extra_.back(), 5000));
+  looks = Stats(sc_).ctrlLooks;
+  usleep(250 * 1000);
+  void* after = Recv(7);
+  EXPECT_FALSE(Poll(after, 1));  // past the delay: sent
+  EXPECT_TRUE(Poll(last, 5000)) << "an acknowledgement past the delay was never read";
+  EXPECT_GT(Stats(sc_).ctrlLooks, looks);
+  extra_.push_back(after);
+  Unregister();
+}
+
 TEST_F(RnetHoldTest, LargeMessageIsAcknowledgedAtOnce) {
   Delay(10 * 1000 * 1000);
   Connect();
