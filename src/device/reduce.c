@@ -41,9 +41,10 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
 #else
 #define MEND_RED_V4 0
 #endif
-/* A third set where the compiler knows AVX512_BF16 and AVX512_VBMI: bf16 rounded by the CPU's
+/* A third set where the compiler knows AVX512_BF16 and AVX512_VBMI (and can ask the CPU for them:
+ * the versions below are the ones known to): bf16 rounded by the CPU's
  * conversion, fp8 decoded by byte unpacks (e4m3 through byte permutes). */
-#if MEND_RED_V4 && (defined(__clang__) || __GNUC__ >= 10)
+#if MEND_RED_V4 && ((defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && __GNUC__ >= 12))
 #define MEND_RED_V4B 1
 #define MEND_RED_V4B_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c,avx512bf16,avx512vbmi")))
