@@ -34,23 +34,21 @@ B16_INLINE __m256i b16Round(__m512 f) {
 /* 16 bf16 back to float: what a scalar step that returns a bf16 leaves. */
 B16_INLINE __m512 b16Widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
+/* d = op(a, b) in float, rounded by R (target attribute T). */
+#define B16_BINARY(Name, T, R, vop, sop)                                                    \
+  T static void Name(RED_PARAMS) {                                                          \
+    RED_PTRS(mendUBf16V4);                                                                  \
+    size_t i = 0;                                                                           \
+    for (; i + 16 <= n; i += 16)                                                            \
+      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(vop(b16Load(a + i), b16Load(b + i)))); \
+    for (; i < n; i++) d[i] = sop(a[i], b[i]);                                              \
+  }
+
 /* The loops, for a rounding R (b16Round, or b16RoundN with the CPU's BF16 conversion) and a target
  * attribute T; suffix V the table entry's name (V4, V4B). */
 #define B16_LOOPS(V, T, R)                                                                  \
-  T static void redSumBf16##V(RED_PARAMS) {                                                 \
-    RED_PTRS(mendUBf16V4);                                                                  \
-    size_t i = 0;                                                                           \
-    for (; i + 16 <= n; i += 16)                                                            \
-      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(_mm512_add_ps(b16Load(a + i), b16Load(b + i)))); \
-    for (; i < n; i++) d[i] = mendSumBf16(a[i], b[i]);                                      \
-  }                                                                                         \
-  T static void redProdBf16##V(RED_PARAMS) {                                                \
-    RED_PTRS(mendUBf16V4);                                                                  \
-    size_t i = 0;                                                                           \
-    for (; i + 16 <= n; i += 16)                                                            \
-      _mm256_storeu_si256((__m256i*)(void*)(d + i), R(_mm512_mul_ps(b16Load(a + i), b16Load(b + i)))); \
-    for (; i < n; i++) d[i] = mendProdBf16(a[i], b[i]);                                     \
-  }                                                                                         \
+  B16_BINARY(redSumBf16##V, T, R, _mm512_add_ps, mendSumBf16)                               \
+  B16_BINARY(redProdBf16##V, T, R, _mm512_mul_ps, mendProdBf16)                             \
   /* PreMulSum: the own input times the scalar (rounded to bf16), then the sum (rounded). */ \
   T static void redPreMulSumBf16##V(RED_PARAMS) {                                           \
     if (!(flags & MEND_RED_PREOP)) {                                                        \

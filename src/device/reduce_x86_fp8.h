@@ -213,26 +213,15 @@ F8B_INLINE void f8DecodeBE5m2(__m512i v, const struct f8Dec* t, __m512i* w0, __m
 #define F8B_LD(p) _mm512_loadu_si512((const void*)(p))
 #define F8B_ST(p, v) _mm512_storeu_si512((void*)(p), (v))
 
-/* One format's loops (SHIFT, MAXENC, K as in F8_V4_STEPS; FMT its result tables, for the tails).
- * ENC2: the two halves' codes packed back into 64 bytes in order. */
-#define F8_V4B_LOOPS(Tag, FMT, SHIFT, MAXENC, K)                                                 \
-  F8B_INLINE __m512i f8Enc2##Tag(struct f8x32 x0, struct f8x32 x1) {                             \
-    return _mm512_packus_epi16(f8EncodeW(x0, SHIFT, MAXENC), f8EncodeW(x1, SHIFT, MAXENC));      \
-  }                                                                                              \
-  MEND_RED_V4B_TARGET static void redSum##Tag##V4B(RED_PARAMS) {                                 \
-    RED_PTRS(mendUFp8);                                                                          \
-    const struct f8Dec t = f8DecTables();                                                        \
-    size_t i = 0;                                                                                \
-    for (; i + 64 <= n; i += 64) {                                                               \
-      __m512i a0, a1, b0, b1;                                                                    \
-      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
-      f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                               \
-      F8B_ST(d + i, f8Enc2##Tag(f8Add(f8HalvesToFloats(a0), f8HalvesToFloats(b0)),               \
-                                f8Add(f8HalvesToFloats(a1), f8HalvesToFloats(b1))));             \
-    }                                                                                            \
-    fp8Lookup(fp8Table(FMT, FP8_SUM), d + i, a + i, b + i, n - i);                               \
-  }                                                                                              \
-  MEND_RED_V4B_TARGET static void redProd##Tag##V4B(RED_PARAMS) {                                \
+/* The sum's step in f8Mul's form (k unused). */
+F8B_INLINE struct f8x32 f8AddK(struct f8x32 x, struct f8x32 y, __m512 k) {
+  (void)k;
+  return f8Add(x, y);
+}
+
+/* d = OP(a, b) (f8AddK or f8Mul), 64 at a time; the tail reads result table OPN of format FMT. */
+#define F8B_BINARY(Name, Tag, FMT, OPN, OP, K)                                                   \
+  MEND_RED_V4B_TARGET static void Name(RED_PARAMS) {                                             \
     RED_PTRS(mendUFp8);                                                                          \
     const struct f8Dec t = f8DecTables();                                                        \
     const __m512 k = _mm512_set1_ps(K);                                                          \
@@ -241,11 +230,20 @@ F8B_INLINE void f8DecodeBE5m2(__m512i v, const struct f8Dec* t, __m512i* w0, __m
       __m512i a0, a1, b0, b1;                                                                    \
       f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
       f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                               \
-      F8B_ST(d + i, f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), f8HalvesToFloats(b0), k),            \
-                                f8Mul(f8HalvesToFloats(a1), f8HalvesToFloats(b1), k)));          \
+      F8B_ST(d + i, f8Enc2##Tag(OP(f8HalvesToFloats(a0), f8HalvesToFloats(b0), k),               \
+                                OP(f8HalvesToFloats(a1), f8HalvesToFloats(b1), k)));             \
     }                                                                                            \
-    fp8Lookup(fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, n - i);                              \
+    fp8Lookup(fp8Table(FMT, OPN), d + i, a + i, b + i, n - i);                                   \
+  }
+
+/* One format's loops (SHIFT, MAXENC, K as in F8_V4_STEPS; FMT its result tables, for the tails).
+ * ENC2: the two halves' codes packed back into 64 bytes in order. */
+#define F8_V4B_LOOPS(Tag, FMT, SHIFT, MAXENC, K)                                                 \
+  F8B_INLINE __m512i f8Enc2##Tag(struct f8x32 x0, struct f8x32 x1) {                             \
+    return _mm512_packus_epi16(f8EncodeW(x0, SHIFT, MAXENC), f8EncodeW(x1, SHIFT, MAXENC));      \
   }                                                                                              \
+  F8B_BINARY(redSum##Tag##V4B, Tag, FMT, FP8_SUM, f8AddK, K)                                     \
+  F8B_BINARY(redProd##Tag##V4B, Tag, FMT, FP8_PROD, f8Mul, K)                                    \
   MEND_RED_V4B_TARGET static void redPreMulSum##Tag##V4B(RED_PARAMS) {                           \
     if (!(flags & MEND_RED_PREOP)) {                                                             \
       redSum##Tag##V4B(op, dst, x, y, n, flags);                                                 \
