@@ -67,12 +67,12 @@ static int vecActive, vecAvailable;
 static pthread_once_t vecOnce = PTHREAD_ONCE_INIT;
 
 #if MEND_RED_V4B
-/* The V4 tables with bf16's rounding by the CPU's instruction (filled once, in vecPick). */
+/* The V4 tables with the third set's bf16 and fp8 entries (filled once, in vecPick). */
 static mendRedFn redTableV4B[ncclNumTypes][MEND_RED_NKINDS];
 static mendRedCopyFn copyTableV4B[ncclNumTypes][MEND_RED_NKINDS];
 #endif
 
-/* The tables of set vec (0 baseline, 1 AVX-512, 2 AVX-512 with the BF16 conversion), or of the best
+/* The tables of set vec (0 baseline, 1 AVX-512, 2 AVX-512 with AVX512_BF16 and VBMI), or of the best
  * set the CPU has under it. */
 static void vecTables(int vec, redTableRef* red, copyTableRef* copy) {
   *red = redTable;
@@ -121,8 +121,8 @@ static void vecPick(void) {
   vecActive = mendParamReduceVec() != 0 ? vecAvailable : 0;
   vecTables(vecActive, &redActive, &copyActive);
   INFO(NCCL_INIT, "Host reductions of half, bf16 and fp8: %s loops (MEND_REDUCE_VEC=%lld, AVX-512 %s)",
-       vecActive == 2 ? "AVX-512 with BF16 conversions" : vecActive ? "AVX-512" : "baseline",
-       (long long)mendParamReduceVec(), vecAvailable == 2 ? "and AVX512_BF16 present" : vecAvailable ? "present" : "absent");
+       vecActive == 2 ? "AVX-512 with AVX512_BF16 and VBMI" : vecActive ? "AVX-512" : "baseline",
+       (long long)mendParamReduceVec(), vecAvailable == 2 ? "present, with AVX512_BF16 and VBMI" : vecAvailable ? "present" : "absent");
 }
 
 int mendReduceVec(void) {
