@@ -104,18 +104,15 @@ static void vecPick(void) {
     f8DecFill();
     memcpy(redTableV4B, redTableV4, sizeof redTableV4B);
     memcpy(copyTableV4B, copyTableV4, sizeof copyTableV4B);
-    redTableV4B[ncclBfloat16][MEND_RED_SUM] = redSumBf16V4B;
-    redTableV4B[ncclBfloat16][MEND_RED_PROD] = redProdBf16V4B;
-    redTableV4B[ncclBfloat16][MEND_RED_PREMULSUM] = redPreMulSumBf16V4B;
-    copyTableV4B[ncclBfloat16][MEND_RED_PREMULSUM] = copyPreMulBf16V4B;
-    redTableV4B[ncclFloat8e4m3][MEND_RED_SUM] = redSumE4m3V4B;
-    redTableV4B[ncclFloat8e4m3][MEND_RED_PROD] = redProdE4m3V4B;
-    redTableV4B[ncclFloat8e4m3][MEND_RED_PREMULSUM] = redPreMulSumE4m3V4B;
-    copyTableV4B[ncclFloat8e4m3][MEND_RED_PREMULSUM] = copyPreMulE4m3V4B;
-    redTableV4B[ncclFloat8e5m2][MEND_RED_SUM] = redSumE5m2V4B;
-    redTableV4B[ncclFloat8e5m2][MEND_RED_PROD] = redProdE5m2V4B;
-    redTableV4B[ncclFloat8e5m2][MEND_RED_PREMULSUM] = redPreMulSumE5m2V4B;
-    copyTableV4B[ncclFloat8e5m2][MEND_RED_PREMULSUM] = copyPreMulE5m2V4B;
+#define V4B_ROW(type, Tag)                                              \
+  redTableV4B[type][MEND_RED_SUM] = redSum##Tag##V4B;                   \
+  redTableV4B[type][MEND_RED_PROD] = redProd##Tag##V4B;                 \
+  redTableV4B[type][MEND_RED_PREMULSUM] = redPreMulSum##Tag##V4B;       \
+  copyTableV4B[type][MEND_RED_PREMULSUM] = copyPreMul##Tag##V4B;
+    V4B_ROW(ncclBfloat16, Bf16)
+    V4B_ROW(ncclFloat8e4m3, E4m3)
+    V4B_ROW(ncclFloat8e5m2, E5m2)
+#undef V4B_ROW
   }
 #endif
   vecActive = mendParamReduceVec() != 0 ? vecAvailable : 0;
