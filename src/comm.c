@@ -39,10 +39,6 @@ void mendCommSetAsyncError(struct ncclComm* comm, ncclResult_t res) {
   }
 }
 
-void mendCommInflight(struct ncclComm* comm, int delta) {
-  atomic_fetch_add_explicit(&comm->inflight, delta, memory_order_acq_rel);
-}
-
 int mendCommWaitIdle(struct ncclComm* comm, int64_t ms) {
   int64_t until = mendTimeMs() + ms;
   while (atomic_load_explicit(&comm->inflight, memory_order_acquire) > 0) {

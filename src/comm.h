@@ -169,7 +169,9 @@ void mendCommMemAccount(struct ncclComm* comm, int64_t bytes);
 void mendCommSetAsyncError(struct ncclComm* comm, ncclResult_t res);
 /* An operation on `comm` was queued (+1) or has finished or was dropped (-1): teardown does not free a
  * communicator that another thread still runs work on. */
-void mendCommInflight(struct ncclComm* comm, int delta);
+static inline void mendCommInflight(struct ncclComm* comm, int delta) {
+  atomic_fetch_add_explicit(&comm->inflight, delta, memory_order_acq_rel); /* on every call: inline */
+}
 /* Wait (bounded by ms) until no operation is queued or running on comm; 1 when idle. */
 int mendCommWaitIdle(struct ncclComm* comm, int64_t ms);
 static inline int mendCommAborted(struct ncclComm* comm) {

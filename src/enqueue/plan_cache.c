@@ -6,7 +6,8 @@
  */
 #include "enqueue/plan_cache.h"
 
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,15 +40,26 @@ struct planEntry {
 };
 
 struct mendPlanCache {
-  pthread_mutex_t lock;     /* a communicator's calls come from one thread at a time; the lock is cheap insurance */
+  atomic_flag lock;         /* a communicator's calls come from one thread at a time; the lock is cheap insurance
+                             * (statistics read from another thread): a flag, not a mutex, since a small call
+                             * takes it twice and a mutex pair cost 8-14 % of a one-rank 8-byte AllReduce */
   int cap;                  /* entries (MEND_PLAN_CACHE) */
   struct planEntry* e;      /* [cap] */
+  int last;                 /* the entry found or kept last: a loop of the same call hits it first */
   uint32_t epoch;           /* view the kept plans were built under */
   uint64_t hash;
   int haveView;             /* epoch/hash are set */
   uint64_t clock;           /* LRU clock */
   struct mendPlanCacheStats st;
 };
+
+static void lockCache(struct mendPlanCache* c) {
+  for (int spins = 0; atomic_flag_test_and_set_explicit(&c->lock, memory_order_acquire); spins++) {
+    if (spins >= 64) sched_yield(); /* the holder may be off its CPU */
+  }
+}
+
+static void unlockCache(struct mendPlanCache* c) { atomic_flag_clear_explicit(&c->lock, memory_order_release); }
 
 static void keyOf(const struct mendOp* op, struct planKey* k) {
   memset(k, 0, sizeof(*k));
@@ -88,7 +100,7 @@ static ncclResult_t cacheGet(struct ncclComm* comm, struct mendPlanCache** out) 
       return ncclSystemError;
     }
     c->cap = (int)cap;
-    pthread_mutex_init(&c->lock, NULL);
+    atomic_flag_clear(&c->lock);
     pl->cache = c;
   }
   *out = pl->cache;
@@ -125,6 +137,7 @@ static int keep(struct mendPlanCache* c, const struct planKey* key, struct mendP
   if (c->e[victim].plan) mendPlanFree(c->e[victim].plan);
   else c->st.entries++;
   c->e[victim] = (struct planEntry){.key = *key, .plan = plan, .inUse = 1, .lastUse = ++c->clock};
+  c->last = victim;
   return 1;
 }
 
@@ -141,16 +154,18 @@ ncclResult_t mendPlanCacheBuild(struct ncclComm* comm, const struct mendOp* op, 
   MENDCHECK(mendPlannerViewAt(comm, op->opCount, &view));
   struct planKey key;
   keyOf(op, &key);
-  pthread_mutex_lock(&c->lock);
+  lockCache(c);
   checkView(c, view);
-  for (int i = 0; i < c->cap; i++) {
+  for (int k = -1; k < c->cap; k++) {
+    int i = k < 0 ? c->last : k; /* the last entry first */
     struct planEntry* e = c->e + i;
     if (e->plan == NULL || e->inUse || !keyEq(&e->key, &key)) continue;
     e->inUse = 1;
     e->lastUse = ++c->clock;
+    c->last = i;
     c->st.hits++;
     *plan = e->plan;
-    pthread_mutex_unlock(&c->lock);
+    unlockCache(c);
     /* As mendPlanBuildView logs it: every rank names the view each op ran under. */
     TRACE(NCCL_TUNING, "%s: opCount %llu rank %d plan view epoch %u hash %016llx (plan reused)", mendFuncName(op->func),
           (unsigned long long)op->opCount, comm->rank, view->epoch,
@@ -159,13 +174,13 @@ ncclResult_t mendPlanCacheBuild(struct ncclComm* comm, const struct mendOp* op, 
     return ncclSuccess;
   }
   c->st.misses++;
-  pthread_mutex_unlock(&c->lock);
+  unlockCache(c);
   MENDCHECK(mendPlanBuild(comm, op, 1, plan));
   /* A tuner plugin is asked for every call, as NCCL asks it: its answer may change between calls. */
   if (!reusable(*plan) || comm->planner->tuner) return ncclSuccess;
-  pthread_mutex_lock(&c->lock);
+  lockCache(c);
   keep(c, &key, *plan);
-  pthread_mutex_unlock(&c->lock);
+  unlockCache(c);
   return ncclSuccess;
 }
 
@@ -173,9 +188,9 @@ void mendPlanCacheRelease(struct ncclComm* comm, struct mendPlan* plan, int ok) 
   if (plan == NULL) return;
   struct mendPlanCache* c = comm && comm->planner ? comm->planner->cache : NULL;
   if (c) {
-    pthread_mutex_lock(&c->lock);
-    for (int i = 0; i < c->cap; i++) {
-      struct planEntry* e = c->e + i;
+    lockCache(c);
+    for (int k = -1; k < c->cap; k++) {
+      struct planEntry* e = c->e + (k < 0 ? c->last : k); /* the last entry first */
       if (e->plan != plan) continue;
       if (ok && e->inUse == 1) {
         e->inUse = 0;
@@ -185,10 +200,10 @@ void mendPlanCacheRelease(struct ncclComm* comm, struct mendPlan* plan, int ok) 
         c->st.entries--;
         mendPlanFree(plan);
       }
-      pthread_mutex_unlock(&c->lock);
+      unlockCache(c);
       return;
     }
-    pthread_mutex_unlock(&c->lock);
+    unlockCache(c);
   }
   mendPlanFree(plan);
 }
@@ -196,7 +211,6 @@ void mendPlanCacheRelease(struct ncclComm* comm, struct mendPlan* plan, int ok) 
 void mendPlanCacheFree(struct mendPlanCache* c) {
   if (c == NULL) return;
   for (int i = 0; i < c->cap; i++) mendPlanFree(c->e[i].plan);
-  pthread_mutex_destroy(&c->lock);
   free(c->e);
   free(c);
 }
@@ -205,7 +219,7 @@ void mendPlanCacheGetStats(struct ncclComm* comm, struct mendPlanCacheStats* st)
   memset(st, 0, sizeof(*st));
   struct mendPlanCache* c = comm && comm->planner ? comm->planner->cache : NULL;
   if (c == NULL) return;
-  pthread_mutex_lock(&c->lock);
+  lockCache(c);
   *st = c->st;
-  pthread_mutex_unlock(&c->lock);
+  unlockCache(c);
 }

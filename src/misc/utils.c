@@ -56,19 +56,6 @@ ncclResult_t mendCalloc(void** ptr, size_t n, size_t size) {
   return ncclSuccess;
 }
 
-ncclResult_t mendLocalCalloc(void** ptr, size_t n, size_t size, void* local, size_t localBytes) {
-  if (local != NULL && size > 0 && n > 0 && n <= localBytes / size) {
-    memset(local, 0, n * size);
-    *ptr = local;
-    return ncclSuccess;
-  }
-  return mendCalloc(ptr, n, size);
-}
-
-void mendLocalFree(void* p, const void* local) {
-  if (p != local) free(p);
-}
-
 void mendHostName(char* buf, size_t len) {
   if (buf == NULL || len == 0) return;
   if (gethostname(buf, len) != 0) snprintf(buf, len, "unknown");

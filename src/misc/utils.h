@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include "nccl.h"
 
 /* 64-bit FNV-1a of `len` bytes: cheap, stable across processes and builds (used in wire ids). */
@@ -34,14 +36,23 @@ ncclResult_t mendCalloc(void** ptr, size_t n, size_t size);
 /* n zeroed elements of `size` bytes for one call's own use: the caller's `local` array (of `localBytes`)
  * when they fit, else the heap (mendCalloc); release with MENDLOCALFREE.  Small calls (one operation,
  * a few works) then allocate nothing. */
-ncclResult_t mendLocalCalloc(void** ptr, size_t n, size_t size, void* local, size_t localBytes);
+static inline ncclResult_t mendLocalCalloc(void** ptr, size_t n, size_t size, void* local, size_t localBytes) {
+  if (local != NULL && size > 0 && n > 0 && n <= localBytes / size) { /* inline: a small call's path */
+    memset(local, 0, n * size);
+    *ptr = local;
+    return ncclSuccess;
+  }
+  return mendCalloc(ptr, n, size);
+}
 #define MENDLOCALCALLOC(ptr, n, local) __extension__({                                          \
     void* mendLocalP_ = NULL;                                                                   \
     ncclResult_t mendLocalR_ = mendLocalCalloc(&mendLocalP_, (n), sizeof(*(ptr)), (local), sizeof(local)); \
     (ptr) = (__typeof__(ptr))mendLocalP_;                                                        \
     mendLocalR_;                                                                                \
   })
-void mendLocalFree(void* p, const void* local);
+static inline void mendLocalFree(void* p, const void* local) {
+  if (p != local) free(p);
+}
 #define MENDLOCALFREE(ptr, local) mendLocalFree((ptr), (local))
 
 /* Host identity string (NCCL_HOSTID, else hostname:boot_id) and its hash; cached. */

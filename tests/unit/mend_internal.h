@@ -7,6 +7,8 @@
 #define _Atomic volatile
 #define atomic_load_explicit(p, mo) __atomic_load_n((p), (mo))
 #define memory_order_acquire __ATOMIC_ACQUIRE
+#define atomic_fetch_add_explicit(p, v, mo) __atomic_fetch_add((p), (v), (mo))
+#define memory_order_acq_rel __ATOMIC_ACQ_REL
 extern "C" {
 #include "bootstrap.h"
 #include "bootstrap_priv.h"
@@ -21,6 +23,8 @@ extern "C" {
 }
 #undef atomic_load_explicit
 #undef memory_order_acquire
+#undef atomic_fetch_add_explicit
+#undef memory_order_acq_rel
 #undef _Atomic
 
 #endif
