@@ -27,7 +27,9 @@ where it picks backup or Balance it runs the same programs as that forced mode, 
 for it (all 610 auto runs recorded before this rule equalled their chosen mode's to the last digit;
 --simulate-auto simulates every one, the csv's "simulated" column says which were).
 
-Writes <out>/r2ccl_study.csv, <out>/r2ccl_study.png and <out>/calib.txt.
+Writes <out>/r2ccl_study.csv, <out>/r2ccl_study.png and <out>/calib.txt; while it runs, every finished
+simulation is appended to <out>/r2ccl_study.partial.csv (patterns in turn across k), which --resume
+reads, so a sweep stopped half way loses nothing.
 """
 import argparse
 import csv
@@ -40,6 +42,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 MODES = ("backup", "balance", "auto")
+PARTIAL = "r2ccl_study.partial.csv"  # simulations finished by a sweep still running (or stopped)
 
 
 def topology(args, faults):
@@ -106,8 +109,9 @@ def main():
     ap.add_argument("--calib", choices=("network", "builtin"), default="network",
                     help="cost-model constants: the simulated network's (default) or the built-in ones")
     ap.add_argument("--resume", action="store_true",
-                    help="keep the simulations of <out>/r2ccl_study.csv (same build, same sizes) and run only "
-                         "the missing ones: a sweep grows by patterns across runs")
+                    help="keep the simulations of <out>/r2ccl_study.csv and of a stopped sweep's "
+                         "<out>/r2ccl_study.partial.csv (same build, same sizes) and run only the missing ones: a "
+                         "sweep grows by patterns across runs, and one stopped half way loses nothing")
     ap.add_argument("--plot-only", action="store_true",
                     help="simulate nothing: print the table and draw the plot from <out>/r2ccl_study.csv")
     args = ap.parse_args()
@@ -137,8 +141,22 @@ def main():
     if not args.simulate_auto:
         picks = {(k, p): choice(args, pattern(args, k, p)) for k, p, m in runs if m == "auto"}
     jobs = [j for j in runs if (j[2] != "auto" or picks.get(j[:2]) not in ("backup", "balance")) and j not in kept]
-    with ThreadPoolExecutor(args.jobs) as ex:
-        res = dict(zip(jobs, ex.map(lambda j: simulate(args, pattern(args, j[0], j[1]), j[2]), jobs)))
+    # Pattern by pattern across k, so that a sweep stopped half way holds as many patterns of every k;
+    # each finished simulation is appended to the partial file at once, which --resume reads too.
+    jobs.sort(key=lambda j: (j[1], j[0], MODES.index(j[2])))
+    partial = os.path.join(args.out, PARTIAL)
+    with open(partial, "a" if args.resume else "w", newline="") as f:
+        w = csv.writer(f)
+        if f.tell() == 0:
+            w.writerow(["k", "pattern", "mode", "chosen", "allreduce_s"])
+            w.writerow([0, 0, "healthy", "auto", repr(healthy)])
+            f.flush()
+        with ThreadPoolExecutor(args.jobs) as ex:
+            res = {}
+            for j, r in zip(jobs, ex.map(lambda j: simulate(args, pattern(args, j[0], j[1]), j[2]), jobs)):
+                res[j] = r
+                w.writerow([j[0], j[1], j[2], r[0], repr(r[1])])
+                f.flush()
     res.update(kept)
     rows = []
     for k, p, m in runs:
@@ -151,6 +169,7 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    os.remove(partial)  # every row of it is in the csv now
     print("%d simulations in %.0f s" % (len(jobs) + (0 if args.resume else 1), time.time() - t0))
     print("healthy AllReduce %.6f s at %d bytes; iteration: compute %.3f s + AllReduce %.3f s (%.0f MB/server)"
           % (healthy, args.bytes, compute, healthy * scale, grad / 1e6))
@@ -161,15 +180,24 @@ def resumed(args):
     """{(k, pattern, mode): (chosen, seconds)} of the simulated rows of an earlier run, and its healthy
     time (None when there is no earlier run)."""
     path = os.path.join(args.out, "r2ccl_study.csv")
-    if not os.path.exists(path):
-        return {}, None
     kept, healthy = {}, None
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if int(r["simulated"]):
-                kept[(int(r["k"]), int(r["pattern"]), r["mode"])] = (r["chosen"], float(r["allreduce_s"]))
-                healthy = float(r["allreduce_s"]) / float(r["vs_healthy"])
-    print("resuming: %d simulations kept from %s" % (len(kept), path))
+    if os.path.exists(path):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                if int(r["simulated"]):
+                    kept[(int(r["k"]), int(r["pattern"]), r["mode"])] = (r["chosen"], float(r["allreduce_s"]))
+                    healthy = float(r["allreduce_s"]) / float(r["vs_healthy"])
+        print("resuming: %d simulations kept from %s" % (len(kept), path))
+    partial = os.path.join(args.out, PARTIAL)
+    if os.path.exists(partial):  # a sweep that was stopped: what it finished
+        n = len(kept)
+        with open(partial) as f:
+            for r in csv.DictReader(f):
+                if r["mode"] == "healthy":
+                    healthy = float(r["allreduce_s"]) if healthy is None else healthy
+                else:
+                    kept[(int(r["k"]), int(r["pattern"]), r["mode"])] = (r["chosen"], float(r["allreduce_s"]))
+        print("resuming: %d simulations kept from %s" % (len(kept) - n, partial))
     return kept, healthy
 
 
