@@ -125,6 +125,7 @@ struct ncclComm {
   struct mendConfig config;       /* parsed configuration */
   struct mendPeerInfo* peerInfo;  /* [nRanks] */
   struct mendCalib* calib;        /* the cost model's constants every rank plans with: rank 0's (init) */
+  int calibInner;                 /* made by the library to measure those constants: measures none itself */
 
   int nChannels;                  /* channels in use */
   int nRails;                     /* NICs the channels spread over between hosts (channel c on NIC c mod

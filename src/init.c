@@ -157,13 +157,9 @@ static ncclResult_t checkDevlist(int ndev, const int* devlist) {
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist);
-ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
-  MENDARGCHECK(comms != NULL, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
-  MENDARGCHECK(ndev >= 0, ncclInvalidArgument, "ncclCommInitAll: invalid device count %d", ndev);
-  MENDCHECK(checkDevlist(ndev, devlist));
-  if (ndev == 0) return ncclSuccess;
-  pthread_once(&initOnce, initOnceFn);
+/* ndev ranks in this process, one init thread each.  inner: the library's own (host mode always, and
+ * they measure no constants themselves: comm->calibInner). */
+static ncclResult_t initAll(ncclComm_t* comms, int ndev, const int* devlist, int inner) {
   ncclUniqueId id;
   MENDCHECK(mendBsGetLoopbackId(&id));
   struct mendConfig cfg;
@@ -174,7 +170,8 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   ncclResult_t res = ranks && ctx ? ncclSuccess : ncclSystemError;
   for (int i = 0; i < ndev && res == ncclSuccess; i++) {
     res = mendCommAlloc(&ranks[i].comm, ndev, i, &cfg);
-    if (res == ncclSuccess && mendCuAvailable()) ranks[i].comm->cudaDev = devlist ? devlist[i] : i;
+    if (res == ncclSuccess && !inner && mendCuAvailable()) ranks[i].comm->cudaDev = devlist ? devlist[i] : i;
+    if (res == ncclSuccess) ranks[i].comm->calibInner = inner;
     ctx[i].rank = &ranks[i];
     ctx[i].args = res == ncclSuccess ? malloc(sizeof(struct initArgs) + sizeof(ncclUniqueId)) : NULL;
     if (res == ncclSuccess && ctx[i].args == NULL) res = ncclSystemError;
@@ -208,4 +205,19 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   free(ranks);
   free(ctx);
   return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist);
+ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  MENDARGCHECK(comms != NULL, ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
+  MENDARGCHECK(ndev >= 0, ncclInvalidArgument, "ncclCommInitAll: invalid device count %d", ndev);
+  MENDCHECK(checkDevlist(ndev, devlist));
+  if (ndev == 0) return ncclSuccess;
+  pthread_once(&initOnce, initOnceFn);
+  return initAll(comms, ndev, devlist, 0);
+}
+
+ncclResult_t mendCommInitInner(ncclComm_t* comms, int n) {
+  pthread_once(&initOnce, initOnceFn);
+  return initAll(comms, n, NULL, 1);
 }

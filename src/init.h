@@ -53,6 +53,9 @@ void mendCommGrowRelease(struct ncclComm* comm);
 
 /* init.c: once per process, before the first communicator (version banner, unknown variables). */
 void mendInitOnce(void);
+/* init.c: n host-mode ranks of a communicator of the library's own (ncclCommInitAll's way: one
+ * thread each), which measure no cost-model constants at their init (calib_measure.c uses them). */
+ncclResult_t mendCommInitInner(ncclComm_t* comms, int n);
 
 /* comm_destroy.c */
 /* Release every layer: orderly (abort == 0) or at once (abort == 1), then the memory. */

@@ -198,8 +198,10 @@ const struct mendCalib* mendCalibGet(void) {
 }
 
 void mendCalibDescribe(const struct mendCalib* c, char* buf, size_t len) {
-  const char* from = c->fromFile == MEND_CALIB_RANK0 ? "rank 0's, which differ from this rank's"
-                     : c->fromFile ? mendParamCalibFile() : "built in";
+  const char* from = c->fromFile == MEND_CALIB_RANK0      ? "rank 0's, which differ from this rank's"
+                     : c->fromFile == MEND_CALIB_MEASURED ? "measured at init by rank 0's process"
+                     : c->fromFile                        ? mendParamCalibFile()
+                                                          : "built in";
   size_t at = (size_t)snprintf(buf, len, "Cost model constants (%s):", from);
   for (int k = 0; k < MEND_CALIB_KINDS && at < len; k++) {
     at += (size_t)snprintf(buf + at, len - at, " %s alpha %.2f us bw %.2f/%.2f GB/s;", kindNames[k],

@@ -1,14 +1,17 @@
 /*
  * The cost model's constants (calib.c): per transport kind the cost of one hop and the bandwidths,
- * and the host's reduction rate.  Built-in values unless MEND_CALIB_FILE names a file written by
- * `mend-info --calibrate`, which measures them on the machine.  Read once per process; every rank
- * must read the same values (the same file on every host) so that every rank makes the same choice.
+ * and the host's reduction rate.  MEND_CALIB_FILE names a file written by `mend-info --calibrate`,
+ * which measures them on the machine; without one, rank 0 of a host-mode communicator measures the
+ * one-host ones at init (calib_measure.c, MEND_CALIB_AUTO); else built-in values.  Every rank plans
+ * with rank 0's (they travel in the init allgather), so that every rank makes the same choice.
  */
 #ifndef MEND_ENQUEUE_CALIB_H_
 #define MEND_ENQUEUE_CALIB_H_
 
 #include <stddef.h>
 #include <stdio.h>
+
+#include "nccl.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -26,9 +29,11 @@ struct mendCalib {
   struct mendKindCost kind[MEND_CALIB_KINDS]; /* indexed by enum mendTransportKind */
   double reduceGBs;                           /* host float sum, GB/s of output (dst = a + b) */
   double handoffUs;                           /* one hop between two ranks that share one CPU (shm), us */
-  int fromFile;                               /* 1: read from MEND_CALIB_FILE, 0: built in, MEND_CALIB_RANK0 */
+  int fromFile;                               /* 1: read from MEND_CALIB_FILE, 0: built in, MEND_CALIB_RANK0,
+                                               * MEND_CALIB_MEASURED */
 };
 #define MEND_CALIB_RANK0 2 /* a communicator's constants: rank 0's, which differ from this process's */
+#define MEND_CALIB_MEASURED 3 /* measured at init by rank 0's process (calib_measure.c) */
 
 /* The built-in constants (the reference machine's, src/enqueue/README.md). */
 void mendCalibDefaults(struct mendCalib* c);
@@ -53,6 +58,26 @@ int mendCalibCheck(const struct mendCalib* c, char* err, size_t errLen);
 int mendCalibEqual(const struct mendCalib* a, const struct mendCalib* b);
 /* One line for NCCL_DEBUG_SUBSYS=TUNING: where the constants came from and every value. */
 void mendCalibDescribe(const struct mendCalib* c, char* buf, size_t len);
+
+/* calib_measure.c */
+struct ncclComm;
+/* What one pair of ranks measured (rank 0's numbers; rank 1 runs the same calls). */
+struct mendCalibPair {
+  double alphaUs; /* one hop: half the best round trip of an 8-byte ping-pong, us */
+  double gbs;     /* a stream of streamBytes messages, GB/s (0: not run) */
+  double chanGbs; /* a stream of chanBytes messages, GB/s (0: not run) */
+  int ok;         /* every call succeeded */
+};
+/* Both ranks of a 2-rank communicator call it, each from its own thread or process: the ping-pong,
+ * then streamReps messages of streamBytes and chanReps of chanBytes from rank 0 to rank 1 (0: none). */
+ncclResult_t mendCalibPairRun(struct ncclComm* comm, size_t streamBytes, int streamReps, size_t chanBytes,
+                              int chanReps, struct mendCalibPair* out);
+/* Host float sum, GB/s of output on 4 MiB buffers, timed for `us` microseconds. */
+double mendCalibReduceGBs(double us);
+/* The constants `comm`'s rank offers at init (rank 0's are every rank's): MEND_CALIB_FILE's; else,
+ * for rank 0 of a host-mode communicator with MEND_CALIB_AUTO, this process's measurement (made at
+ * the first such init, in two threads of its own: calib_measure.c); else the built-in ones. */
+void mendCalibOffer(const struct ncclComm* comm, struct mendCalib* out);
 
 #ifdef __cplusplus
 }

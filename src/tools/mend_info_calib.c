@@ -11,6 +11,8 @@
  * The reduction rate is the host's float sum on 4 MiB buffers (dst = a + b, in cache as a chunk is).
  * The hand-off is the shm ping-pong's hop with both processes bound to one CPU: what a dependent step
  * costs when ranks outnumber CPUs (the cost model charges it per step, times the ranks per CPU).
+ * The ping-pong and the stream are the library's (mendCalibPairRun), which rank 0 of a communicator
+ * also runs at init when no file is named (src/enqueue/calib_measure.c: two threads, one-host kinds).
  * Every measurement runs in a child process with its own environment and a time bound, so the
  * library's cached parameters and threads never leak from one into the next; a kind that cannot be
  * measured (no usable interface for sockets) keeps its built-in values and says so.
@@ -32,69 +34,16 @@
 #include "enqueue/calib.h"
 #include "nccl.h"
 
-#define PINGS 50          /* round trips per batch */
-#define BATCHES 8         /* batches; the best one counts */
 #define STREAM_BYTES (16u << 20)
 #define STREAM_REPS 6
 #define CHILD_LIMIT_S 60  /* a measurement that takes longer is killed and reported */
 
 static const char* kindNames[MEND_CALIB_KINDS] = {"p2p", "shm", "net"};
 
-static double nowUs(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-/* What one pair measured (rank 0 reports it). */
-struct pairOut {
-  double alphaUs; /* one hop, us */
-  double gbs;     /* stream rate, GB/s */
-  int ok;         /* 1: both numbers valid */
-};
-
-static ncclResult_t sendRecv(ncclComm_t comm, int send, void* buf, size_t bytes) {
-  return send ? ncclSend(buf, bytes, ncclChar, 1 - send, comm, NULL) : ncclRecv(buf, bytes, ncclChar, 1, comm, NULL);
-}
-
-/* The ping-pong and the stream, as rank `rank` of comm. */
-static ncclResult_t measure(ncclComm_t comm, int rank, struct pairOut* out) {
-  char ping[8] = {0};
-  char* big = malloc(STREAM_BYTES);
-  if (big == NULL) return ncclSystemError;
-  memset(big, rank, STREAM_BYTES);
-  ncclResult_t res = ncclSuccess;
-  double best = 1e30;
-  for (int b = 0; b < BATCHES + 1 && res == ncclSuccess; b++) { /* batch 0 warms up */
-    double t0 = nowUs();
-    for (int i = 0; i < PINGS && res == ncclSuccess; i++) {
-      res = rank == 0 ? ncclSend(ping, 8, ncclChar, 1, comm, NULL) : ncclRecv(ping, 8, ncclChar, 0, comm, NULL);
-      if (res == ncclSuccess)
-        res = rank == 0 ? ncclRecv(ping, 8, ncclChar, 1, comm, NULL) : ncclSend(ping, 8, ncclChar, 0, comm, NULL);
-    }
-    double rtt = (nowUs() - t0) / PINGS;
-    if (b > 0 && rtt < best) best = rtt;
-  }
-  double t0 = 0;
-  for (int i = 0; i < STREAM_REPS + 1 && res == ncclSuccess; i++) { /* the first one warms up */
-    if (i == 1) t0 = nowUs();
-    res = rank == 0 ? ncclSend(big, STREAM_BYTES, ncclChar, 1, comm, NULL)
-                    : ncclRecv(big, STREAM_BYTES, ncclChar, 0, comm, NULL);
-  }
-  /* The receiver's last byte ends the stream: rank 1 answers with one ping. */
-  if (res == ncclSuccess) res = sendRecv(comm, rank == 1, ping, 8);
-  double us = nowUs() - t0;
-  free(big);
-  out->alphaUs = best / 2;
-  out->gbs = (double)STREAM_BYTES * STREAM_REPS / us / 1e3;
-  out->ok = res == ncclSuccess;
-  return res;
-}
-
-static int rankMain(int rank, ncclUniqueId id, struct pairOut* out) {
+static int rankMain(int rank, ncclUniqueId id, struct mendCalibPair* out) {
   ncclComm_t comm = NULL;
   ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
-  if (res == ncclSuccess) res = measure(comm, rank, out);
+  if (res == ncclSuccess) res = mendCalibPairRun(comm, STREAM_BYTES, STREAM_REPS, 0, 0, out);
   if (comm) ncclCommDestroy(comm);
   if (res != ncclSuccess) fprintf(stderr, "mend-info --calibrate: rank %d: %s\n", rank, ncclGetErrorString(res));
   return res == ncclSuccess ? 0 : 1;
@@ -102,7 +51,7 @@ static int rankMain(int rank, ncclUniqueId id, struct pairOut* out) {
 
 struct threadArg {
   ncclUniqueId id;
-  struct pairOut out;
+  struct mendCalibPair out;
   int rc;
 };
 
@@ -138,7 +87,7 @@ static int readAll(int fd, void* p, size_t n) {
 
 /* Inside the measuring child: rank 0 here, rank 1 in a thread (p2p) or a process of its own. */
 static int pairMain(int kind, int resultFd) {
-  struct pairOut out = {0};
+  struct mendCalibPair out = {0};
   int idPipe[2];
   if (pipe(idPipe) != 0) return 1;
   pid_t peer = -1;
@@ -148,7 +97,7 @@ static int pairMain(int kind, int resultFd) {
     if (peer == 0) { /* rank 1: its id comes from rank 0, which alone started the bootstrap root */
       ncclUniqueId id;
       close(idPipe[1]);
-      struct pairOut mine;
+      struct mendCalibPair mine;
       _exit(readAll(idPipe[0], &id, sizeof(id)) == 0 ? rankMain(1, id, &mine) : 1);
     }
   }
@@ -190,7 +139,7 @@ static int pinToOneCpu(void) {
 
 /* One measurement of `kind` with `perPeer` channels per peer, in a child process; pinned: both ranks
  * on one CPU. */
-static int runPair(int kind, int perPeer, int pinned, struct pairOut* out) {
+static int runPair(int kind, int perPeer, int pinned, struct mendCalibPair* out) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
@@ -205,6 +154,7 @@ static int runPair(int kind, int perPeer, int pinned, struct pairOut* out) {
     setenv("MEND_P2P_NCHANNELS_PER_PEER", v, 1);
     setenv("MEND_P2P_CHANNEL_BYTES", "65536", 1);
     setenv("MEND_CUDA_DISABLE", "1", 1);
+    setenv("MEND_CALIB_AUTO", "0", 1); /* the measured pair measures nothing at its own init */
     if (kind == 2) setenv("NCCL_SHM_DISABLE", "1", 1);
     _exit(pairMain(kind, fds[1]));
   }
@@ -216,30 +166,6 @@ static int runPair(int kind, int perPeer, int pinned, struct pairOut* out) {
   waitpid(pid, &st, 0);
   kill(-pid, SIGKILL); /* whatever of the group is left after a failure */
   return got && out->ok && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-/* Float sum GB/s of output on 4 MiB buffers, for 0.2 s. */
-static double reduceGBs(void) {
-  const size_t bytes = 4u << 20, n = bytes / sizeof(float);
-  float *a = malloc(bytes), *b = malloc(bytes), *d = malloc(bytes);
-  double gbs = 0;
-  struct mendRedOp op;
-  if (a && b && d && mendRedOpResolve(ncclSum, ncclFloat32, 2, &op) == ncclSuccess) {
-    for (size_t i = 0; i < n; i++) a[i] = b[i] = 0.5f + (float)(i & 1023) / 1024.0f;
-    mendReduce(&op, d, a, b, n, 0);
-    double t0 = nowUs(), t1;
-    long it = 0;
-    do {
-      mendReduce(&op, d, a, b, n, 0);
-      it++;
-      t1 = nowUs();
-    } while (t1 - t0 < 2e5);
-    gbs = (double)bytes * (double)it / (t1 - t0) / 1e3;
-  }
-  free(a);
-  free(b);
-  free(d);
-  return gbs;
 }
 
 void mendInfoCalibUsage(void* file) {
@@ -265,7 +191,7 @@ int mendInfoCalib(int argc, char** argv) {
   int measured = 0;
   printf("# %-4s %10s %14s %12s  %s\n", "kind", "alpha_us", "bw_channel", "bw_max", "(GB/s)");
   for (int k = 0; k < MEND_CALIB_KINDS; k++) {
-    struct pairOut one, four;
+    struct mendCalibPair one, four;
     if (runPair(k, 1, 0, &one) != 0 || runPair(k, 4, 0, &four) != 0) {
       printf("# %-4s not measured (see the errors above); built-in values kept\n", kindNames[k]);
       continue;
@@ -276,14 +202,14 @@ int mendInfoCalib(int argc, char** argv) {
     measured++;
     printf("# %-4s %10.2f %14.2f %12.2f\n", kindNames[k], c.kind[k].alphaUs, c.kind[k].bwChannel, c.kind[k].bwMax);
   }
-  struct pairOut crowded;
+  struct mendCalibPair crowded;
   if (runPair(1, 1, 1, &crowded) == 0) {
     c.handoffUs = crowded.alphaUs;
     printf("# hand-off (shm, two ranks on one CPU) %.2f us\n", c.handoffUs);
   } else {
     printf("# hand-off not measured (see the errors above); built-in value kept\n");
   }
-  double red = reduceGBs();
+  double red = mendCalibReduceGBs(2e5);
   if (red > 0) c.reduceGBs = red;
   printf("# reduce (float sum, 4 MiB) %.2f GB/s\n", c.reduceGBs);
   mendCalibWrite(stdout, &c);

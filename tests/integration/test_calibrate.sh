@@ -84,6 +84,36 @@ if [ "$cpus" -ge 2 ]; then
     && ok bound_ranks_not_crowded || nok bound_ranks_not_crowded "rc=$rc $(grep -m1 'ranks per CPU' "$T/bound")"
 fi
 
+# Without a file, rank 0 measures the one-host constants at init (MEND_CALIB_AUTO, once per process, in
+# two threads of its own) and every rank plans with them: the same estimates, no rank warns that its
+# constants differ; MEND_CALIB_AUTO=0 keeps the built-in ones, and a file is never measured over.
+port=$(( 20000 + ($$ + 7) % 20000 ))
+for r in 0 1; do
+  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MEND_PERF_CTRL=127.0.0.1:$port MEND_CALIB_FILE= NCCL_DEBUG=INFO \
+    NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" timeout 60 "$PERF" -b 8 -e 1M -f 32 -n 1 -w 0 -c 1 \
+    > "$T/a$r" 2>&1 &
+done
+wait
+line=$(grep -m1 -oE "Calibration at init \(CPUs [0-9]+ and [0-9]+, [0-9]+ ms\): hop [0-9.]+ us, stream [0-9.]+ GB/s, hand-off [0-9.]+ us, reduce [0-9.]+ GB/s" "$T/a0")
+hop=$(echo "$line" | sed -E 's/.* hop ([0-9.]+) us.*/\1/')
+if [ "$cpus" -lt 2 ]; then
+  grep -q "Calibration at init: not measured (fewer than 2 CPUs)" "$T/a0" && ok "init_measures # 1 CPU: not measured" \
+    || nok init_measures "$(grep -m1 Calibration "$T/a0")"
+elif [ -n "$line" ] && [ -n "$(est "$T/a0")" ] && [ "$(est "$T/a0")" = "$(est "$T/a1")" ] \
+   && ! grep -q "Calibration at init" "$T/a1" && ! grep -qE "differ from rank 0|WARN" "$T/a0" "$T/a1" \
+   && grep -q "Cost model constants (measured at init by rank 0's process): p2p alpha $(printf '%.2f' "$hop") us" "$T/a1" \
+   && grep -q "Out of bounds values : 0 OK" "$T/a0"; then
+  ok "init_measures # $line"
+else
+  nok init_measures "line '$line'; $(est "$T/a0" | head -2) vs $(est "$T/a1" | head -2); $(grep -m2 -E 'WARN|differ|Cost model' "$T/a1")"
+fi
+tuning MEND_CALIB_FILE= MEND_CALIB_AUTO=0 > "$T/log"; rc=$?
+[ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && grep -q "Cost model constants (built in)" "$T/log" \
+  && ok auto_off_keeps_built_in || nok auto_off_keeps_built_in "rc=$rc $(grep -m2 -E 'Calibration|Cost model' "$T/log")"
+tuning MEND_CALIB_FILE="$T/calib" > "$T/log"; rc=$?
+[ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && ok file_is_not_measured_over \
+  || nok file_is_not_measured_over "rc=$rc $(grep -m1 Calibration "$T/log")"
+
 "$TOOL" --calibrate --bogus > /dev/null 2> "$T/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "unknown or incomplete option '--bogus'" "$T/err" && ok bad_option_exit_2 \
   || nok bad_option_exit_2 "rc=$rc $(cat "$T/err")"
