@@ -41,6 +41,7 @@ ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t dataty
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                        cudaStream_t stream);
 ncclResult_t pncclCommDestroy(ncclComm_t comm);
+ncclResult_t pncclCommAbort(ncclComm_t comm);
 
 #define PINGS 50   /* round trips per batch */
 #define BATCHES 8  /* batches after a warm-up one; the best counts */
@@ -102,23 +103,28 @@ ncclResult_t mendCalibPairRun(ncclComm_t comm, size_t streamBytes, int streamRep
 
 struct pairThread {
   ncclComm_t comm;
+  ncclComm_t peer;           /* the other rank's: aborted when this one fails, so it never waits for us */
   int cpu;                   /* pin to this CPU */
   int streams;               /* 1: the streams too (else the ping-pong only) */
+  int pinned;                /* the thread runs on cpu only */
   struct mendCalibPair out;  /* rank 0's is the measurement */
   ncclResult_t res;
 };
 
+/* Runs whether or not the pin took (the peer waits for every message): an unpinned run is measured
+ * and then thrown away. */
 static void* pairThreadRun(void* p) {
   struct pairThread* t = p;
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(t->cpu, &one);
-  if (sched_setaffinity(0, sizeof(one), &one) != 0) { /* this thread only */
-    t->res = ncclSystemError;
-    return NULL;
-  }
+  t->pinned = sched_setaffinity(0, sizeof(one), &one) == 0; /* this thread only */
   t->res = t->streams ? mendCalibPairRun(t->comm, 16u << 20, 4, 0, 0, &t->out)
                       : mendCalibPairRun(t->comm, 0, 0, 0, 0, &t->out);
+  if (t->res != ncclSuccess) {
+    mendCommSetAbortFlag(t->comm, 1);
+    mendCommSetAbortFlag(t->peer, 1);
+  }
   return NULL;
 }
 
@@ -126,8 +132,8 @@ static void* pairThreadRun(void* p) {
 static ncclResult_t measurePair(int a, int b, int streams, struct mendCalibPair* out) {
   ncclComm_t comms[2] = {NULL, NULL};
   MENDCHECK(mendCommInitInner(comms, 2));
-  struct pairThread t[2] = {{.comm = comms[0], .cpu = a, .streams = streams},
-                            {.comm = comms[1], .cpu = b, .streams = streams}};
+  struct pairThread t[2] = {{.comm = comms[0], .peer = comms[1], .cpu = a, .streams = streams},
+                            {.comm = comms[1], .peer = comms[0], .cpu = b, .streams = streams}};
   pthread_t th[2];
   int started = 0;
   ncclResult_t res = ncclSuccess;
@@ -140,8 +146,16 @@ static ncclResult_t measurePair(int a, int b, int streams, struct mendCalibPair*
   if (started < 2) mendCommSetAbortFlag(comms[0], 1); /* the started one stops waiting for its peer */
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
   for (int i = 0; i < 2 && res == ncclSuccess; i++) res = t[i].res;
+  int healthy = res == ncclSuccess; /* both ranks ran every call: an orderly destroy */
+  if (res == ncclSuccess && !(t[0].pinned && t[1].pinned)) {
+    INFO(NCCL_INIT | NCCL_TUNING, "Calibration at init: cannot place its threads on CPUs %d and %d", a, b);
+    res = ncclSystemError;
+  }
   *out = t[0].out;
-  for (int i = 0; i < 2; i++) pncclCommDestroy(comms[i]);
+  for (int i = 0; i < 2; i++) {
+    if (healthy) pncclCommDestroy(comms[i]);
+    else pncclCommAbort(comms[i]); /* a failed pair leaves nothing waiting behind */
+  }
   return res;
 }
 
@@ -211,7 +225,7 @@ static int measureOnce(void) {
     struct mendCalibPair hop, crowded;
     double t0 = nowUs();
     ncclResult_t res = why ? ncclInvalidUsage : measurePair(a, b, 1, &hop);
-    if (!why && res != ncclSuccess) why = "its two ranks failed (see above)";
+    if (!why && res != ncclSuccess) why = "its two ranks could not run it (see above)";
     if (!why && measurePair(a, a, 0, &crowded) != ncclSuccess) why = "the hand-off pair failed (see above)";
     if (why) {
       INFO(NCCL_INIT | NCCL_TUNING, "Calibration at init: not measured (%s); the built-in constants stay", why);
