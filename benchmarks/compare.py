@@ -245,7 +245,11 @@ def busbw(coll, n, size, rows):
 
 
 def fmt(v, digits=2):
-    return "n/a" if v is None else "%.*f" % (digits, v)
+    if v is None:
+        return "n/a"
+    if 0 < abs(v) < 10 ** -digits:  # a ratio under 0.01 keeps two digits (0.0031), not "0.00"
+        return "%.2g" % v
+    return "%.*f" % (digits, v)
 
 
 def geomean(vals):
