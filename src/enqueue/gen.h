@@ -54,6 +54,13 @@ ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgr
  * connector, and the op's signature) fit: mendRdAllGatherSupported (2, 4, 8). */
 int mendRdAllGatherSupported(int nRanks);
 ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgram** prog);
+/* ReduceScatter in one hop, for small counts (MEND_ALGO_RD's slot for it; gen_rd.c): every position
+ * sends each other position its block at once, then reduces the n - 1 blocks it receives into its
+ * own, so a rank waits for its peers once instead of n - 1 times round a ring (a crowded host pays a
+ * turn on a shared CPU per wait).  The same bytes as the ring.  mendRdReduceScatterSupported: its
+ * 2(n - 1) connectors fit a program (n <= 5). */
+int mendRdReduceScatterSupported(int nRanks);
+ncclResult_t mendGenRdReduceScatter(int n, const int* ranks, int q, struct mendProgram** prog);
 
 /* R2 AllReduce, one partial level (gen_r2.c): the part the `inner` ranks (k, sub-ring order) reduce
  * in a ring while the `outer` ranks (d, chain order; 1 <= d <= k x MEND_R2_MAX_FANOUT) work on the

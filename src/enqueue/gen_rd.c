@@ -118,3 +118,39 @@ ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgr
   *prog = p;
   return ncclSuccess;
 }
+
+/* ReduceScatter (blocked: segment = position, block = ranks[position]).  Position q sends the block
+ * of q + d to q + d for d = 1..n-1 (its own input, pre-multiplied), then takes the one of q - d from
+ * q - d in the same order (each sender's d-th send is to q: the order the data comes in) and reduces
+ * it into its output: the first with its own block of the input, the rest with the partial there. */
+int mendRdReduceScatterSupported(int nRanks) {
+  return nRanks >= 2 && 2 * (nRanks - 1) <= MEND_PROG_MAX_PEERS && 2 * (nRanks - 1) <= MEND_PROG_MAX_STEPS;
+}
+
+ncclResult_t mendGenRdReduceScatter(int n, const int* ranks, int q, struct mendProgram** prog) {
+  if (n == 1) return mendGenCopy(PRE | POST, prog);
+  if (!mendRdReduceScatterSupported(n)) {
+    WARN("One-hop ReduceScatter: %d ranks need more connectors than a program holds", n);
+    return ncclInternalError;
+  }
+  struct mendProgram* p;
+  MENDCHECK(mendProgAlloc(MEND_ALGO_RD, (uint32_t)n, &p));
+  for (int i = 0; i < n; i++) p->segMap[i] = ranks[i];
+  mendProgAddPhase(p, MEND_LAYOUT_BLOCKED, (uint32_t)n);
+  for (int d = 1; d < n; d++) {
+    int to = (q + d) % n;
+    mendProgAddStep(p, MEND_OP_SEND, PRE, -1, ranks[to], COLL, MEND_BUF_SEND, MEND_BUF_NONE, to, 1, 0);
+  }
+  for (int d = 1; d < n; d++) {
+    int from = (q - d + n) % n, first = d == 1, last = d == n - 1;
+    mendProgAddStep(p, MEND_OP_RECV_REDUCE_COPY, (first ? PRE : 0) | (last ? POST : 0), ranks[from], -1, COLL,
+                    first ? MEND_BUF_SEND : MEND_BUF_RECV, MEND_BUF_RECV, q, 1, 0);
+  }
+  ncclResult_t res = mendProgValidate(p);
+  if (res != ncclSuccess) {
+    free(p);
+    return res;
+  }
+  *prog = p;
+  return ncclSuccess;
+}

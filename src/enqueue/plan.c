@@ -224,6 +224,8 @@ static ncclResult_t collProgram(struct ncclComm* comm, const struct mendPlanView
     return mendGenRdAllReduce(comm->nRanks, ch->ring, ch->ringIndex, prog);
   if (algo == MEND_ALGO_RD && op->func == MEND_FUNC_ALLGATHER)
     return mendGenRdAllGather(comm->nRanks, ch->ring, ch->ringIndex, prog);
+  if (algo == MEND_ALGO_RD && op->func == MEND_FUNC_REDUCESCATTER)
+    return mendGenRdReduceScatter(comm->nRanks, ch->ring, ch->ringIndex, prog);
   return mendGenRing(op->func, comm->nRanks, ch->ring, ch->ringIndex, op->root, prog);
 }
 

@@ -383,6 +383,35 @@ TEST(EngineAllGather, RecursiveDoubling) {
   }
 }
 
+// ReduceScatter in one hop (MEND_RD=1): 2 to 5 ranks (6 keeps the ring: 10 connectors do not fit a
+// program), every type and reduction op (PreMulSum and avg pre-multiply each sent block and the own
+// one), in and out of place, counts from 0 to several loops of several chunks on 3 channels.
+TEST(EngineReduceScatter, OneHop) {
+  ScopedEnv rd("MEND_RD", "1");
+  for (int n : {1, 2, 3, 4, 5, 6}) {
+    World w(n);
+    for (int t = 0; t < ncclNumTypes; t++) {
+      for (int op : {OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_PMS_HOST, OP_PMS_DEV}) {
+        for (size_t count : {(size_t)0, (size_t)1, (size_t)13, (size_t)1009}) {
+          for (bool inPlace : {false, true}) {
+            runColl(w, MEND_FUNC_REDUCESCATTER, t, op, count, inPlace, -1, "rd");
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  ScopedEnv chunk("MEND_CHUNKSIZE", "320");
+  ScopedEnv minCh("NCCL_MIN_NCHANNELS", "3");
+  for (int n : {2, 3, 4, 5}) {
+    World w(n, 3, 16 * 1024);
+    for (int t : {ncclInt8, ncclFloat64, ncclFloat16}) {
+      runColl(w, MEND_FUNC_REDUCESCATTER, t, OP_AVG, 65537, n % 2 == 0, -1, "rd");
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // Latency lines (transport/fifo.h): a small slot also goes as one cache line the receiver reads
 // first; a line that is not for the slot at the head (stale, or claiming more than a line) is ignored.
 static const int kConnColl = 0;  // MEND_CONN_COLL (transport.h is C only)

@@ -232,6 +232,52 @@ TEST(TuningModel, RingPaysTheNetworkOnlyBetweenHosts) {
   EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), agRank);
 }
 
+// ReduceScatter in one hop (gen_rd.c): a rank waits for its peers once instead of n - 1 times, but
+// copies n - 2 more blocks than the ring, which forwards each partial as it reduces it.  Measured on
+// 2 CPUs, 4 ranks (MEND_RD=1 against 0, float sum): 64 KiB 24.8 against 59.2 us, 4 MiB 853-930 against
+// 602-781 us, 16 MiB 3576-3707 against 2711-2743 us.  One host, at most 5 ranks (its connectors).
+TEST(TuningModel, ReduceScatterOneHopWhereItWins) {
+  mendCalib c;
+  mendCalibDefaults(&c);
+  c.kind[1] = {0.24, 18.7, 18.7};  // shm, as measured at init there
+  c.reduceGBs = 33;
+  c.handoffUs = 3.85;
+  mendCostIn in = {MEND_FUNC_REDUCESCATTER, 64 << 10, 4, 1 /* shm */, 1, 0, &c};
+  in.slotBytes = 524288;
+  in.cpuCrowd = 2;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << "64 KiB, crowded";
+  in.nBytes = 16 << 20;
+  in.nChannels = 2;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD)) << "16 MiB: the ring";
+  in.nBytes = 8;
+  in.nChannels = 1;
+  in.nRanks = 2;
+  EXPECT_LE(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << "2 ranks: the same exchange";
+  in.nRanks = 6;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), 0) << "6 ranks: 10 connectors do not fit a program";
+  in.nRanks = 4;
+  in.kind = 2; /* net */
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), 0) << "between hosts: the ring";
+  // The planner takes it for small counts on one host, the ring for large ones.
+  for (int n : {3, 4, 5}) {
+    World w(n);
+    mendOp op = {};
+    op.func = MEND_FUNC_REDUCESCATTER;
+    op.comm = w.comm(0);
+    op.type = ncclFloat;
+    op.root = -1;
+    ASSERT_EQ(mendRedOpResolve(ncclSum, ncclFloat, n, &op.redop), ncclSuccess);
+    mendPlanner* pl;
+    ASSERT_EQ(mendPlannerGet(w.comm(0), &pl), ncclSuccess);
+    for (size_t bytes : {(size_t)8 * n, (size_t)256 << 20}) {
+      op.count = bytes / 4 / n;
+      mendChoice ch;
+      ASSERT_EQ(mendTuneColl(w.comm(0), pl, &op, bytes, -1, &ch), ncclSuccess);
+      EXPECT_EQ(ch.algo, bytes < 4096 ? MEND_ALGO_RD : MEND_ALGO_RING) << n << " ranks, " << bytes << " bytes";
+    }
+  }
+}
+
 // The choice follows NCCL_ALGO (also per function) and the cost model otherwise.
 TEST(TuningChoice, FollowsEnvAndModel) {
   struct Case { const char* env; size_t bytes; int n; int want; };
