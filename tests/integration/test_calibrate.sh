@@ -84,12 +84,12 @@ if [ "$cpus" -ge 2 ]; then
     && ok bound_ranks_not_crowded || nok bound_ranks_not_crowded "rc=$rc $(grep -m1 'ranks per CPU' "$T/bound")"
 fi
 
-# Without a file, rank 0 measures the one-host constants at init (MEND_CALIB_AUTO, once per process, in
-# two threads of its own) and every rank plans with them: the same estimates, no rank warns that its
-# constants differ; MEND_CALIB_AUTO=0 keeps the built-in ones, and a file is never measured over.
+# With MEND_CALIB_AUTO=1 and no file, rank 0 measures the one-host constants at init (once per process,
+# in two threads of its own) and every rank plans with them: the same estimates, no rank warns that
+# its constants differ; by default (0) the built-in ones stay, and a file is never measured over.
 port=$(( 20000 + ($$ + 7) % 20000 ))
 for r in 0 1; do
-  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MEND_PERF_CTRL=127.0.0.1:$port MEND_CALIB_FILE= NCCL_DEBUG=INFO \
+  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MEND_PERF_CTRL=127.0.0.1:$port MEND_CALIB_FILE= MEND_CALIB_AUTO=1 NCCL_DEBUG=INFO \
     NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" timeout 60 "$PERF" -b 8 -e 1M -f 32 -n 1 -w 0 -c 1 \
     > "$T/a$r" 2>&1 &
 done
@@ -107,10 +107,10 @@ elif [ -n "$line" ] && [ -n "$(est "$T/a0")" ] && [ "$(est "$T/a0")" = "$(est "$
 else
   nok init_measures "line '$line'; $(est "$T/a0" | head -2) vs $(est "$T/a1" | head -2); $(grep -m2 -E 'WARN|differ|Cost model' "$T/a1")"
 fi
-tuning MEND_CALIB_FILE= MEND_CALIB_AUTO=0 > "$T/log"; rc=$?
+tuning MEND_CALIB_FILE= > "$T/log"; rc=$?
 [ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && grep -q "Cost model constants (built in)" "$T/log" \
-  && ok auto_off_keeps_built_in || nok auto_off_keeps_built_in "rc=$rc $(grep -m2 -E 'Calibration|Cost model' "$T/log")"
-tuning MEND_CALIB_FILE="$T/calib" > "$T/log"; rc=$?
+  && ok default_keeps_built_in || nok default_keeps_built_in "rc=$rc $(grep -m2 -E 'Calibration|Cost model' "$T/log")"
+tuning MEND_CALIB_FILE="$T/calib" MEND_CALIB_AUTO=1 > "$T/log"; rc=$?
 [ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && ok file_is_not_measured_over \
   || nok file_is_not_measured_over "rc=$rc $(grep -m1 Calibration "$T/log")"
 
