@@ -1,8 +1,8 @@
 /*
  * The cost model's constants (calib.c): per transport kind the cost of one hop and the bandwidths,
  * and the host's reduction rate.  MEND_CALIB_FILE names a file written by `mend-info --calibrate`,
- * which measures them on the machine; without one, rank 0 of a host-mode communicator measures the
- * one-host ones at init (calib_measure.c, MEND_CALIB_AUTO); else built-in values.  Every rank plans
+ * which measures them on the machine; without one and with MEND_CALIB_AUTO=1, rank 0 of a host-mode
+ * communicator measures the one-host ones at init (calib_measure.c); else built-in values.  Every rank plans
  * with rank 0's (they travel in the init allgather), so that every rank makes the same choice.
  */
 #ifndef MEND_ENQUEUE_CALIB_H_
@@ -65,17 +65,15 @@ struct ncclComm;
 struct mendCalibPair {
   double alphaUs; /* one hop: half the best round trip of an 8-byte ping-pong, us */
   double gbs;     /* a stream of streamBytes messages, GB/s (0: not run) */
-  double chanGbs; /* a stream of chanBytes messages, GB/s (0: not run) */
   int ok;         /* every call succeeded */
 };
 /* Both ranks of a 2-rank communicator call it, each from its own thread or process: the ping-pong,
- * then streamReps messages of streamBytes and chanReps of chanBytes from rank 0 to rank 1 (0: none). */
-ncclResult_t mendCalibPairRun(struct ncclComm* comm, size_t streamBytes, int streamReps, size_t chanBytes,
-                              int chanReps, struct mendCalibPair* out);
+ * then streamReps messages of streamBytes from rank 0 to rank 1 (0: none). */
+ncclResult_t mendCalibPairRun(struct ncclComm* comm, size_t streamBytes, int streamReps, struct mendCalibPair* out);
 /* Host float sum, GB/s of output on 4 MiB buffers, timed for `us` microseconds. */
 double mendCalibReduceGBs(double us);
 /* The constants `comm`'s rank offers at init (rank 0's are every rank's): MEND_CALIB_FILE's; else,
- * for rank 0 of a host-mode communicator with MEND_CALIB_AUTO, this process's measurement (made at
+ * for rank 0 of a host-mode communicator with MEND_CALIB_AUTO=1, this process's measurement (made at
  * the first such init, in two threads of its own: calib_measure.c); else the built-in ones. */
 void mendCalibOffer(const struct ncclComm* comm, struct mendCalib* out);
 

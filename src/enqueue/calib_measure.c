@@ -2,7 +2,8 @@
  * The cost model's one-host constants measured by the library itself (MEND_CALIB_AUTO), and the
  * pair measurement `mend-info --calibrate` shares.
  *
- * Without MEND_CALIB_FILE, rank 0 of a host-mode communicator measures, once per process and before
+ * With MEND_CALIB_AUTO=1 (off by default: src/enqueue/README.md says why) and without MEND_CALIB_FILE,
+ * rank 0 of a host-mode communicator measures, once per process and before
  * its init's allgather (every rank then plans with rank 0's values, init_peers.c), with two ranks of
  * a communicator of its own in two threads (mendCommInitInner):
  *   hop         half the best round trip of an 8-byte ping-pong, the two threads on two CPUs;
@@ -71,15 +72,14 @@ static ncclResult_t stream(ncclComm_t comm, char* buf, size_t bytes, int reps, d
   return ncclSuccess;
 }
 
-ncclResult_t mendCalibPairRun(ncclComm_t comm, size_t streamBytes, int streamReps, size_t chanBytes, int chanReps,
-                              struct mendCalibPair* out) {
+ncclResult_t mendCalibPairRun(ncclComm_t comm, size_t streamBytes, int streamReps, struct mendCalibPair* out) {
   memset(out, 0, sizeof(*out));
   MENDARGCHECK(comm != NULL && comm->nRanks == 2, ncclInvalidArgument, "calibration: a pair of ranks is needed");
   int rank = comm->rank;
-  size_t big = streamBytes > chanBytes ? streamBytes : chanBytes;
-  char* buf = malloc(big > 8 ? big : 8);
+  size_t big = streamBytes > 8 ? streamBytes : 8;
+  char* buf = malloc(big);
   if (buf == NULL) return ncclSystemError;
-  memset(buf, rank, big > 8 ? big : 8);
+  memset(buf, rank, big);
   ncclResult_t res = ncclSuccess;
   double best = 1e30;
   for (int b = 0; b < BATCHES + 1 && res == ncclSuccess; b++) { /* batch 0 warms up */
@@ -93,7 +93,6 @@ ncclResult_t mendCalibPairRun(ncclComm_t comm, size_t streamBytes, int streamRep
   }
   out->alphaUs = best / 2;
   if (res == ncclSuccess && streamReps > 0) res = stream(comm, buf, streamBytes, streamReps, &out->gbs);
-  if (res == ncclSuccess && chanReps > 0) res = stream(comm, buf, chanBytes, chanReps, &out->chanGbs);
   free(buf);
   out->ok = res == ncclSuccess;
   return res;
@@ -119,8 +118,7 @@ static void* pairThreadRun(void* p) {
   CPU_ZERO(&one);
   CPU_SET(t->cpu, &one);
   t->pinned = sched_setaffinity(0, sizeof(one), &one) == 0; /* this thread only */
-  t->res = t->streams ? mendCalibPairRun(t->comm, 16u << 20, 4, 0, 0, &t->out)
-                      : mendCalibPairRun(t->comm, 0, 0, 0, 0, &t->out);
+  t->res = mendCalibPairRun(t->comm, 16u << 20, t->streams ? 4 : 0, &t->out);
   if (t->res != ncclSuccess) {
     mendCommSetAbortFlag(t->comm, 1);
     mendCommSetAbortFlag(t->peer, 1);

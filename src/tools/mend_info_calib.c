@@ -12,7 +12,7 @@
  * The hand-off is the shm ping-pong's hop with both processes bound to one CPU: what a dependent step
  * costs when ranks outnumber CPUs (the cost model charges it per step, times the ranks per CPU).
  * The ping-pong and the stream are the library's (mendCalibPairRun), which rank 0 of a communicator
- * also runs at init when no file is named (src/enqueue/calib_measure.c: two threads, one-host kinds).
+ * also runs at init with MEND_CALIB_AUTO=1 (src/enqueue/calib_measure.c: two threads, one-host kinds).
  * Every measurement runs in a child process with its own environment and a time bound, so the
  * library's cached parameters and threads never leak from one into the next; a kind that cannot be
  * measured (no usable interface for sockets) keeps its built-in values and says so.
@@ -43,7 +43,7 @@ static const char* kindNames[MEND_CALIB_KINDS] = {"p2p", "shm", "net"};
 static int rankMain(int rank, ncclUniqueId id, struct mendCalibPair* out) {
   ncclComm_t comm = NULL;
   ncclResult_t res = ncclCommInitRank(&comm, 2, id, rank);
-  if (res == ncclSuccess) res = mendCalibPairRun(comm, STREAM_BYTES, STREAM_REPS, 0, 0, out);
+  if (res == ncclSuccess) res = mendCalibPairRun(comm, STREAM_BYTES, STREAM_REPS, out);
   if (comm) ncclCommDestroy(comm);
   if (res != ncclSuccess) fprintf(stderr, "mend-info --calibrate: rank %d: %s\n", rank, ncclGetErrorString(res));
   return res == ncclSuccess ? 0 : 1;
