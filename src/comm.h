@@ -143,6 +143,7 @@ struct ncclComm {
   struct mendDevState* devState;  /* abort flag and errors shared with kernels (device or kernel-cpu executor) */
 
   mendBell_t* bell;               /* rung when something this rank waits on moved (may live in shm) */
+  void* bellPage;                 /* the shm page bell starts, when it lives in one (transport.c), else NULL */
   _Atomic int abortFlag;          /* set by ncclCommAbort / revoke: every wait returns */
   _Atomic int state;              /* enum mendCommState */
   _Atomic int asyncResult;        /* ncclResult_t reported by ncclCommGetAsyncError */

@@ -426,12 +426,14 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
  * nanoseconds, about what one sched_yield costs here (365 ns).  Oversubscribed, every idle pass yields
  * (the rank waited for needs this core). */
 #define POLLS_PER_YIELD 64
+#define SHARED_YIELD_NS 2000 /* a bare yield costs a few hundred ns here; one that let another thread run, more */
 
 struct idle {
   uint64_t since, warnAt; /* start of the idle period; next stall report */
   uint64_t scanAt;        /* next sigScan */
   int64_t spinNs, stallMs; /* MEND_SPIN_US or MEND_SPIN_OVERSUB_US, MEND_STALL_WARN_MS */
   int oversub;            /* more ranks on this host than CPUs */
+  int spread;             /* MEND_SPREAD and not oversubscribed: look for ranks sharing this CPU */
   int armed;              /* the spin is over: the bells are read before each pass (a ring after the read
                            * is never lost); while spinning they are not (a peer's ring then costs it no
                            * wait for this core's copy of the bell's cache line) */
@@ -463,8 +465,17 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
     id->scanAt = now + SCAN_NS;
   }
   if ((int64_t)(now - id->since) < id->spinNs) {
-    if (id->oversub || id->polls > 0) sched_yield(); /* not on the first idle pass of a period (idlePoll) */
-    else cpuRelax();
+    if (id->oversub || id->polls > 0) {
+      sched_yield(); /* not on the first idle pass of a period (idlePoll) */
+      /* A yield that took long ran another thread on this CPU: maybe a rank of this host that need
+       * not be here (transport/spread.c).  Oversubscribed, sharing is expected. */
+      if (id->spread && mendTimeNs() - now > SHARED_YIELD_NS) {
+        for (int i = 0; i < nBells && !mendSpreadCheck(comms[i]); i++) {
+        }
+      }
+    } else {
+      cpuRelax();
+    }
     return;
   }
   if (now >= id->warnAt) {
@@ -509,6 +520,8 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   uint32_t seen[MAX_BELLS];
   struct idle id = {.oversub = oversubscribed(comms, nComms), .stallMs = mendParamStallWarnMs()};
   id.spinNs = (id.oversub ? mendParamSpinOversubUs() : mendParamSpinUs()) * 1000;
+  id.spread = !id.oversub && mendParamSpread();
+  for (int i = 0; id.spread && i < nBells; i++) mendSpreadPublish(comms[i]);
   /* An operation is complete once every step ran: its sends sit in FIFO slots the transport
    * delivers on its own (finalize and destroy wait for them, mendTransportDrain). */
   while (nActive > 0) {

@@ -14,6 +14,9 @@ typedef _Atomic uint32_t mendBell_t;
 
 #define MEND_BELL_COUNT 0x7fffffffu  /* the ring count: the low 31 bits of the word */
 #define MEND_BELL_WAITER 0x80000000u /* set by a waiter before it sleeps: the next ring must wake */
+/* A bell page (transport.c) also holds, one cache line after the word, the CPU its owner's engine last
+ * ran on, plus one (0: not known; transport/spread.c). */
+#define MEND_BELL_CPU_OFFSET 64
 
 /* Bump the bell and wake every waiter on it (no system call when nobody sleeps on it). */
 void mendBellRing(mendBell_t* bell);

@@ -267,6 +267,7 @@ ncclResult_t mendTransportInit(struct ncclComm* comm) {
   }
   MENDCHECKGOTO(bellSegCreate(comm, &t->bellSeg), res, fail);
   comm->bell = (mendBell_t*)t->bellSeg->map;
+  comm->bellPage = t->bellSeg->map;
   if (needNet) MENDCHECKGOTO(initNet(comm), res, fail);
   int shared = anyShmPair(comm);
   /* These conditions are the same on every rank, so either all ranks exchange or none does. */
@@ -335,6 +336,7 @@ ncclResult_t mendTransportFree(struct ncclComm* comm) {
     for (int r = 0; r < comm->nRanks; r++)
       if (t->peerBellMap[r]) munmap(t->peerBellMap[r], 4096);
   comm->bell = NULL;
+  comm->bellPage = NULL;
   mendBellSegRelease(t->bellSeg);
   mendTopoFree(comm->topo);
   comm->topo = NULL;

@@ -21,6 +21,7 @@
 #ifndef MEND_TRANSPORT_TRANSPORT_H_
 #define MEND_TRANSPORT_TRANSPORT_H_
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,5 +100,14 @@ ncclResult_t mendTransportFree(struct ncclComm* comm);
 ncclResult_t mendTransportNicBytes(struct ncclComm* comm, int dev, uint64_t* tx, uint64_t* rx);
 /* Bytes moved by one connector (net: through the Net; p2p/shm: counted by the executor, 0 here). */
 uint64_t mendTransportConnBytes(const struct mendConnector* conn);
+
+/* Ranks of one host sharing a CPU (spread.c).  Publish the CPU this thread runs on in comm's bell page. */
+void mendSpreadPublish(struct ncclComm* comm);
+/* After a yield another thread's run made long: when a lower rank of this host published this CPU and
+ * the thread's mask has a CPU no rank published, move there (mask restored after).  1 when it moved. */
+int mendSpreadCheck(struct ncclComm* comm);
+/* The choice itself: the CPU to move to, or -1 to stay.  The peers' published CPUs and ranks. */
+int mendSpreadChoose(int myCpu, int myRank, const cpu_set_t* mask, const int* peerCpu, const int* peerRank,
+                     int nPeers);
 
 #endif
