@@ -126,6 +126,7 @@ struct ncclComm {
   struct mendPeerInfo* peerInfo;  /* [nRanks] */
   struct mendCalib* calib;        /* the cost model's constants every rank plans with: rank 0's (init) */
   int calibInner;                 /* made by the library to measure those constants: measures none itself */
+  int calibBuiltIn;               /* rank 0 offered the built-in constants at init: a crowded host may measure */
 
   int nChannels;                  /* channels in use */
   int nRails;                     /* NICs the channels spread over between hosts (channel c on NIC c mod

@@ -39,17 +39,13 @@ static ncclResult_t agreeCalib(struct ncclComm* comm, const struct initExchange*
     mendCalibDefaults(comm->calib);
     return ncclSuccess;
   }
-  /* Rank 0's measured values differ from every other rank's built-in ones by design: only a file that
-   * differs is worth a word. */
-  int measured = all[0].calib.fromFile == MEND_CALIB_MEASURED, differ = 0;
-  for (int r = 1; r < comm->nRanks; r++)
-    differ += (!measured || all[r].calib.fromFile == 1) && !mendCalibEqual(&all[r].calib, &all[0].calib);
+  comm->calibBuiltIn = all[0].calib.fromFile == 0; /* a crowded host may measure (mendCalibMeasureCrowded) */
+  int differ = 0;
+  for (int r = 1; r < comm->nRanks; r++) differ += !mendCalibEqual(&all[r].calib, &all[0].calib);
   if (differ && comm->rank == 0)
     INFO(NCCL_INIT | NCCL_TUNING, "Init: %d rank(s) have cost-model constants (MEND_CALIB_FILE) other than rank 0's; "
          "every rank uses rank 0's", differ);
-  if (measured && !mendCalibGet()->fromFile) {
-    comm->calib->fromFile = MEND_CALIB_MEASURED;
-  } else if (!mendCalibEqual(mendCalibGet(), comm->calib)) {
+  if (!mendCalibEqual(mendCalibGet(), comm->calib)) {
     WARN_ONCE("Init: rank %d's cost-model constants (MEND_CALIB_FILE) differ from rank 0's; it plans with rank 0's "
               "so every rank chooses the same algorithms", comm->rank);
     comm->calib->fromFile = MEND_CALIB_RANK0;
@@ -176,7 +172,7 @@ static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
   MENDCHECK(MENDCALLOC(all, n));
   fillInfo(comm, &all[comm->rank].info);
   all[comm->rank].nonce = mendHashCombine(mendTimeNs(), mendPidHash() ^ (uint64_t)(uintptr_t)comm);
-  mendCalibOffer(comm, &all[comm->rank].calib);
+  all[comm->rank].calib = *mendCalibGet();
   MENDCHECKGOTO(mendBootstrapAllGather(comm->bootstrap, all, sizeof(*all)), res, fail_free);
   MENDCHECKGOTO(MENDCALLOC(comm->peerInfo, n), res, fail_free);
   for (int r = 0; r < n; r++) {
@@ -217,6 +213,7 @@ ncclResult_t mendInitFinish(struct ncclComm* comm) {
   MENDCHECK(exchangePeerInfo(comm));
   MENDCHECK(mendInitLinkAll(comm));
   MENDCHECK(hostLayout(comm));
+  MENDCHECK(mendCalibMeasureCrowded(comm));
   MENDCHECK(mendTransportInit(comm));
   MENDCHECK(mendGraphInstallView(comm));
   INFO(NCCL_INIT, "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d commHash 0x%llx - Init COMPLETE",

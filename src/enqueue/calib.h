@@ -72,10 +72,11 @@ struct mendCalibPair {
 ncclResult_t mendCalibPairRun(struct ncclComm* comm, size_t streamBytes, int streamReps, struct mendCalibPair* out);
 /* Host float sum, GB/s of output on 4 MiB buffers, timed for `us` microseconds. */
 double mendCalibReduceGBs(double us);
-/* The constants `comm`'s rank offers at init (rank 0's are every rank's): MEND_CALIB_FILE's; else,
- * for rank 0 of a host-mode communicator with MEND_CALIB_AUTO=1, this process's measurement (made at
- * the first such init, in two threads of its own: calib_measure.c); else the built-in ones. */
-void mendCalibOffer(const struct ncclComm* comm, struct mendCalib* out);
+/* After the init exchange and the host layout (every rank calls it): when a host of a host-mode
+ * communicator is crowded (comm->cpuCrowd > 1) and rank 0 offered the built-in constants (no
+ * MEND_CALIB_FILE), rank 0's process measures the one-host constants (MEND_CALIB_AUTO, once per
+ * process, in two threads of its own: calib_measure.c) and sends every rank what to plan with. */
+ncclResult_t mendCalibMeasureCrowded(struct ncclComm* comm);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap.h"
 #include "checks.h"
 #include "comm.h"
 #include "device/reduce.h"
@@ -257,11 +258,24 @@ static int measureOnce(void) {
   return state;
 }
 
-void mendCalibOffer(const struct ncclComm* comm, struct mendCalib* out) {
-  const struct mendCalib* own = mendCalibGet();
-  *out = *own;
-  if (comm->rank != 0 || !comm->hostMode || comm->calibInner || own->fromFile || !mendParamCalibAuto()) return;
-  const char* file = mendParamCalibFile();
-  if (file && file[0]) return; /* named but unreadable: WARNed, the built-in values stand */
-  if (measureOnce() == 1) *out = measured;
+#define CALIB_TAG 0x434c4200 /* bootstrap tag of rank 0's measured constants ("CLB") */
+
+ncclResult_t mendCalibMeasureCrowded(struct ncclComm* comm) {
+  if (!comm->calibBuiltIn || !comm->hostMode || comm->calibInner || comm->nRanks < 2 || comm->cpuCrowd <= 1.0)
+    return ncclSuccess;
+  struct mendCalib c = *comm->calib;
+  if (comm->rank == 0) {
+    if (mendParamCalibAuto() && measureOnce() == 1) c = measured;
+    for (int r = 1; r < comm->nRanks; r++) MENDCHECK(mendBootstrapSend(comm->bootstrap, r, CALIB_TAG, &c, sizeof(c)));
+  } else {
+    MENDCHECK(mendBootstrapRecv(comm->bootstrap, 0, CALIB_TAG, &c, sizeof(c)));
+    char err[160];
+    if (c.fromFile != MEND_CALIB_MEASURED) return ncclSuccess; /* rank 0 did not measure: built-in values stay */
+    if (mendCalibCheck(&c, err, sizeof(err)) != 0) {
+      WARN("Init: rank 0's measured cost-model constants are not valid (%s); the built-in ones stay", err);
+      return ncclSuccess;
+    }
+  }
+  if (c.fromFile == MEND_CALIB_MEASURED) *comm->calib = c;
+  return ncclSuccess;
 }

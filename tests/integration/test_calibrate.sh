@@ -84,32 +84,57 @@ if [ "$cpus" -ge 2 ]; then
     && ok bound_ranks_not_crowded || nok bound_ranks_not_crowded "rc=$rc $(grep -m1 'ranks per CPU' "$T/bound")"
 fi
 
-# With MEND_CALIB_AUTO=1 and no file, rank 0 measures the one-host constants at init (once per process,
-# in two threads of its own) and every rank plans with them: the same estimates, no rank warns that
-# its constants differ; by default (0) the built-in ones stay, and a file is never measured over.
-port=$(( 20000 + ($$ + 7) % 20000 ))
-for r in 0 1; do
-  env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MEND_PERF_CTRL=127.0.0.1:$port MEND_CALIB_FILE= MEND_CALIB_AUTO=1 NCCL_DEBUG=INFO \
-    NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" timeout 60 "$PERF" -b 8 -e 1M -f 32 -n 1 -w 0 -c 1 \
-    > "$T/a$r" 2>&1 &
-done
-wait
-line=$(grep -m1 -oE "Calibration at init \(CPUs [0-9]+ and [0-9]+, [0-9]+ ms\): hop [0-9.]+ us, stream [0-9.]+ GB/s, hand-off [0-9.]+ us, reduce [0-9.]+ GB/s" "$T/a0")
+# By default (MEND_CALIB_AUTO=1), with no file and a crowded host (more ranks than CPUs), rank 0
+# measures the one-host constants at init (once per process, in two threads of its own) and every rank
+# plans with them: the same estimates, no rank warns that its constants differ.  A host where every
+# rank has a CPU keeps the built-in ones (no delay at init), as do MEND_CALIB_AUTO=0 and a one-rank
+# communicator, and a file is never measured over.
+ranks() { # n port: n ranks of the perf tool, outputs $T/a0 .. $T/a<n-1>
+  for ((r = 0; r < $1; r++)); do
+    env -u MEND_CALIB_AUTO RANK=$r WORLD_SIZE=$1 LOCAL_RANK=$r MEND_PERF_CTRL=127.0.0.1:$2 MEND_CALIB_FILE= \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" timeout 60 "$PERF" -b 8 -e 1M -f 32 \
+      -n 1 -w 0 -c 1 > "$T/a$r" 2>&1 &
+  done
+  wait
+}
 consts() { grep -m1 -oE "Cost model constants \(measured at init by rank 0's process\): .*" "$1"; }
-if [ "$cpus" -lt 2 ]; then
-  grep -q "Calibration at init: not measured (fewer than 2 CPUs)" "$T/a0" && ok "init_measures # 1 CPU: not measured" \
-    || nok init_measures "$(grep -m1 Calibration "$T/a0")"
-elif [ -n "$line" ] && [ -n "$(est "$T/a0")" ] && [ "$(est "$T/a0")" = "$(est "$T/a1")" ] \
-   && ! grep -q "Calibration at init" "$T/a1" && ! grep -qE "differ from rank 0|WARN" "$T/a0" "$T/a1" \
-   && [ -n "$(consts "$T/a0")" ] && [ "$(consts "$T/a0")" = "$(consts "$T/a1")" ] \
-   && grep -q "Out of bounds values : 0 OK" "$T/a0"; then
-  ok "init_measures # $line"
+n=$((cpus + 1))
+if [ $n -gt 8 ]; then
+  ok "init_measures # SKIP $cpus CPUs: a crowded host would take $n ranks"
 else
-  nok init_measures "line '$line'; $(est "$T/a0" | head -2) vs $(est "$T/a1" | head -2); $(grep -m2 -E 'WARN|differ|Cost model' "$T/a1")"
+  ranks $n $(( 20000 + ($$ + 7) % 20000 ))
+  last=$((n - 1))
+  line=$(grep -m1 -oE "Calibration at init \(CPUs [0-9]+ and [0-9]+, [0-9]+ ms\): hop [0-9.]+ us, stream [0-9.]+ GB/s, hand-off [0-9.]+ us, reduce [0-9.]+ GB/s" "$T/a0")
+  if [ "$cpus" -lt 2 ]; then
+    grep -q "Calibration at init: not measured (fewer than 2 CPUs)" "$T/a0" && ok "init_measures # 1 CPU: not measured" \
+      || nok init_measures "$(grep -m1 Calibration "$T/a0")"
+  elif [ -n "$line" ] && [ -n "$(est "$T/a0")" ] && [ "$(est "$T/a0")" = "$(est "$T/a$last")" ] \
+     && ! grep -q "Calibration at init" "$T/a$last" && ! grep -qE "differ from rank 0|WARN" "$T/a0" "$T/a$last" \
+     && [ -n "$(consts "$T/a0")" ] && [ "$(consts "$T/a0")" = "$(consts "$T/a$last")" ] \
+     && grep -q "Out of bounds values : 0 OK" "$T/a0"; then
+    ok "init_measures # $n ranks: $line"
+  else
+    nok init_measures "$n ranks: line '$line'; $(est "$T/a0" | head -2) vs $(est "$T/a$last" | head -2); $(grep -m2 -E 'WARN|differ|Cost model' "$T/a$last")"
+  fi
 fi
-tuning MEND_CALIB_FILE= > "$T/log"; rc=$?
+if [ "$cpus" -ge 2 ]; then
+  ranks 2 $(( 20000 + ($$ + 11) % 20000 ))
+  if ! grep -q "Calibration at init" "$T/a0" && grep -q "Cost model constants (built in)" "$T/a0" \
+     && grep -q "Cost model constants (built in)" "$T/a1" && grep -q "Out of bounds values : 0 OK" "$T/a0"; then
+    ok uncrowded_keeps_built_in
+  else
+    nok uncrowded_keeps_built_in "$(grep -m2 -E 'Calibration|Cost model' "$T/a0")"
+  fi
+fi
+# Crowded (n threads of one process on fewer CPUs), MEND_CALIB_AUTO=0: nothing measured.
+env MEND_CALIB_FILE= MEND_CALIB_AUTO=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" \
+  timeout 60 "$PERF" -t $((cpus + 1)) -b 8 -e 8 -n 1 -w 0 -c 1 > "$T/log" 2>&1; rc=$?
 [ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && grep -q "Cost model constants (built in)" "$T/log" \
-  && ok default_keeps_built_in || nok default_keeps_built_in "rc=$rc $(grep -m2 -E 'Calibration|Cost model' "$T/log")"
+  && ok auto_off_keeps_built_in || nok auto_off_keeps_built_in "rc=$rc $(grep -m2 -E 'Calibration|Cost model' "$T/log")"
+env -u MEND_CALIB_AUTO MEND_CALIB_FILE= NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,INIT LD_LIBRARY_PATH="$B/lib" \
+  timeout 60 "$PERF" -t 1 -b 8 -e 8 -n 1 -w 0 -c 1 > "$T/log" 2>&1; rc=$?
+[ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && grep -q "Cost model constants (built in)" "$T/log" \
+  && ok one_rank_not_measured || nok one_rank_not_measured "rc=$rc $(grep -m2 -E 'Calibration|Cost model' "$T/log")"
 tuning MEND_CALIB_FILE="$T/calib" MEND_CALIB_AUTO=1 > "$T/log"; rc=$?
 [ $rc -eq 0 ] && ! grep -q "Calibration at init" "$T/log" && ok file_is_not_measured_over \
   || nok file_is_not_measured_over "rc=$rc $(grep -m1 Calibration "$T/log")"
