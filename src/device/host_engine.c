@@ -469,10 +469,9 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
       sched_yield(); /* not on the first idle pass of a period (idlePoll) */
       /* A yield that took long ran another thread on this CPU: maybe a rank of this host that need
        * not be here (transport/spread.c).  Oversubscribed, sharing is expected. */
-      if (id->spread && mendTimeNs() - now > SHARED_YIELD_NS) {
-        for (int i = 0; i < nBells && !mendSpreadCheck(comms[i]); i++) {
-        }
-      }
+      if (id->spread && mendTimeNs() - now > SHARED_YIELD_NS)
+        for (int i = 0; i < nBells; i++)
+          if (mendSpreadCheck(comms[i])) break; /* moved: one communicator's peers were enough */
     } else {
       cpuRelax();
     }

@@ -269,8 +269,8 @@ ncclResult_t mendCalibMeasureCrowded(struct ncclComm* comm) {
     for (int r = 1; r < comm->nRanks; r++) MENDCHECK(mendBootstrapSend(comm->bootstrap, r, CALIB_TAG, &c, sizeof(c)));
   } else {
     MENDCHECK(mendBootstrapRecv(comm->bootstrap, 0, CALIB_TAG, &c, sizeof(c)));
-    char err[160];
     if (c.fromFile != MEND_CALIB_MEASURED) return ncclSuccess; /* rank 0 did not measure: built-in values stay */
+    char err[160]; /* values from the network: checked as a file's are */
     if (mendCalibCheck(&c, err, sizeof(err)) != 0) {
       WARN("Init: rank 0's measured cost-model constants are not valid (%s); the built-in ones stay", err);
       return ncclSuccess;
