@@ -220,6 +220,31 @@ static double crowdedSteps(const struct mendCostIn* in, int algo) {
   return 2.0 * (depthOf(n) - 1) + 2.0 * (chunks - 1);
 }
 
+/* A crowded host's turn: a step that waits for a peer waits for the c ranks sharing its CPU to run. */
+static double crowdTurnUs(const struct mendCostIn* in, double handoffUs) {
+  double crowd = crowdOf(in);
+  return crowd > 1.0 ? crowd * handoffUs : 0.0;
+}
+
+/* Recursive-doubling AllReduce: log2(P) rounds of the whole vector among the first P ranks, and past
+ * a power of two a fold (the n - P extra ranks hand their input to a partner, then take the result
+ * back).  Only the ranks at work share the CPUs: P of n in the rounds, 2(n - P) in the fold, so a
+ * crowded host's crowd is scaled by those shares (6 ranks on 2 CPUs, 16-128 KiB: 71-126 us against
+ * the tree's 153-204, where charging every hop the whole crowd of 3 made the model take the tree). */
+static double rdAllReduceUs(const struct mendCostIn* in, double a, double handoffUs, double bwPerUs,
+                            double redPerUs) {
+  int n = in->nRanks, p = 1, rounds = 0;
+  while (p * 2 <= n) p *= 2, rounds++;
+  double S = (double)in->nBytes, crowd = crowdOf(in);
+  double share[2] = {(double)p / n, 2.0 * (n - p) / n}; /* rounds, fold */
+  double hops[2] = {rounds, p < n ? 2 : 0}, us = 0;
+  for (int i = 0; i < 2; i++) {
+    double c = crowd * share[i] > 1.0 ? crowd * share[i] : 1.0;
+    if (hops[i] > 0) us += hops[i] * (a + (c > 1.0 ? c * handoffUs : 0.0) + S * c / bwPerUs + S * c / redPerUs);
+  }
+  return us;
+}
+
 /* A ring hop's latency.  Between hosts a ring keeps each host's ranks together (graph/channels.c), so
  * of its n hops only nNodes cross the network and the others are a host's shared memory: 64 servers
  * x 8 GPUs on mend-sim, 256 MiB: the ring 2.8 ms against the tree's 6.0, where pricing its 1,022
@@ -239,12 +264,15 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   double bw = in->nChannels * k->bwChannel;
   if (bw > bwMax) bw = bwMax;
   /* Ranks that outnumber their host's CPUs share them: a rank's copies and reductions get 1/crowd of
-   * a CPU, and each end of a step waits for its turn among the crowd's ranks, a measured hand-off per
-   * rank (`mend-info --calibrate`): `hand` per step, and no two steps overlap (crowdedSteps).  4 ranks
-   * on 2 CPUs: 8-byte ring AllReduce 7.9 us per step, the model 0.25 + 2 x 2 x 1.85 = 7.65 us. */
+   * a CPU, and a step waits for turns of the crowd's ranks (a turn: crowd x the measured hand-off,
+   * `mend-info --calibrate`), no two steps overlapping (crowdedSteps): a recursive-doubling hop one
+   * turn (partners send at once), a ring step 1.5 (each waits on its predecessor's; an AllReduce
+   * ring's partly overlap its bytes, below), a tree step two (an inner rank waits on, or feeds, two
+   * children).  Fitted on 2 CPUs: 4, 6 and 8 ranks, AllReduce and AllGather, 16 KiB-1 MiB, every
+   * algorithm forced (`benchmarks/crowd_choice.py`; `src/enqueue/README.md`, "Crowded hosts"). */
   double crowd = crowdOf(in);
-  double hand = crowd > 1.0 ? 2.0 * crowd * cal->handoffUs : 0.0;
-  double alpha = k->alphaUs + hand;
+  double turn = crowdTurnUs(in, cal->handoffUs), hand = 1.5 * turn;
+  double alpha = k->alphaUs + turn;
   double perUs = bw * 1e3 / crowd; /* bytes per microsecond */
   double redUs = cal->reduceGBs * 1e3 / crowd; /* bytes a rank reduces per microsecond */
   double S = (double)in->nBytes, a = k->alphaUs, aRing = ringHopUs(in, cal, a), ringAlpha = aRing + hand;
@@ -252,15 +280,22 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
   /* Reductions run on the rank's CPU beside the transfers: their bytes at the reduce rate add up. */
   switch (in->func) {
   case MEND_FUNC_ALLREDUCE:
-    if (algo == MEND_ALGO_RING)
-      return 2.0 * (n - 1) * aRing + hand * crowdedSteps(in, algo) + 2.0 * (n - 1) / n * S / perUs +
-             (n - 1.0) / n * S / redUs;
+    /* Crowded, a ring's turns and its bytes partly overlap: while a rank waits, the other c - 1 of its
+     * CPU may copy and reduce, so the larger of the two counts and 1/(c - 1) of the smaller (all of it
+     * at 2 per CPU, where the other rank is mostly in the same wait).  Fitted as the turns above:
+     * 8 ranks, 512 KiB, the ring ran 408-426 us against recursive doubling's 765-877, where their sum
+     * priced the ring above it. */
+    if (algo == MEND_ALGO_RING) {
+      double turns = hand * crowdedSteps(in, algo), bytes = 2.0 * (n - 1) / n * S / perUs + (n - 1.0) / n * S / redUs;
+      return 2.0 * (n - 1) * aRing + fmax(turns, bytes) + fmin(turns, bytes) / fmax(1.0, crowd - 1.0);
+    }
     if (algo == MEND_ALGO_TREE) {
       double f = kind == MEND_TRANSPORT_NET ? treeNicFactor(in) : 1.0;
-      return 2.0 * (depthOf(n) - 1) * a + hand * crowdedSteps(in, algo) + 2.0 * f * S / perUs + treeFillUs(in, perUs) +
-             S / redUs;
+      return 2.0 * (depthOf(n) - 1) * a + 2.0 * turn * crowdedSteps(in, algo) + 2.0 * f * S / perUs +
+             treeFillUs(in, perUs) + S / redUs;
     }
-    if (algo == MEND_ALGO_RD) return mendRdSupported(n) ? rdHops(n) * (alpha + S / perUs + S / redUs) : -1;
+    if (algo == MEND_ALGO_RD)
+      return mendRdSupported(n) ? rdAllReduceUs(in, a, cal->handoffUs, bw * 1e3, cal->reduceGBs * 1e3) : -1;
     return -1;
   case MEND_FUNC_ALLGATHER:
     /* Recursive doubling sends the ring's bytes in log2(n) steps, but a block it forwards is read

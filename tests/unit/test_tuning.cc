@@ -116,16 +116,18 @@ TEST(TuningModel, TreeForSmallRingForLarge) {
 }
 
 // Ranks that outnumber their host's CPUs (cpuCrowd > 1) pay a hand-off per dependent step and share
-// a CPU's copies and reductions.  Measured on 2 CPUs (mend-run, no binding): 4 ranks, 128 KiB,
-// recursive doubling 45-47 us against the ring's 93-104 us; 4 MiB favours the ring; 8 ranks, 1 MiB,
-// ring 515 us against the tree's 660-860 us (a pipelined tree's chunks each pay the hand-off).  The
-// constants are those `mend-info --calibrate` measured there.
+// a CPU's copies and reductions.  Measured on 2 CPUs (mend-run, no binding, forced algorithms, medians
+// of 5 rounds, the constants below as measured at init there): 4 ranks, 128 KiB, recursive doubling
+// 46 us against the ring's 53; 4 MiB favours the ring; 6 ranks, 16-128 KiB, recursive doubling 71-126
+// us against the tree's 153-204 and the ring's 179-200; 8 ranks, 64 KiB, recursive doubling 134-140 us
+// against the ring's 275; 512 KiB, the ring 408-426 us against recursive doubling's 765-877; 1 MiB, the
+// ring 541-571 us against the tree's 773-781.
 TEST(TuningModel, CrowdedHostChargesHandOffs) {
   mendCalib c;
   mendCalibDefaults(&c);
-  c.kind[1] = {0.25, 19.0, 19.0};  // shm
-  c.reduceGBs = 30;
-  c.handoffUs = 1.85;
+  c.kind[1] = {0.25, 15.0, 15.0};  // shm
+  c.reduceGBs = 29;
+  c.handoffUs = 4.22;
   mendCostIn in = {MEND_FUNC_ALLREDUCE, 128 << 10, 4, 1 /* shm */, 1, 0, &c};
   in.slotBytes = 524288;
   EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD)) << "one rank per CPU";
@@ -140,9 +142,24 @@ TEST(TuningModel, CrowdedHostChargesHandOffs) {
   in.nBytes = 4 << 20;
   in.nChannels = 2;
   EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD)) << "large: the ring";
+  in.nRanks = 6;
+  in.cpuCrowd = 3;
+  in.nChannels = 1;
+  for (size_t bytes : {(size_t)16 << 10, (size_t)128 << 10}) {
+    in.nBytes = bytes;
+    rd = mendTuneCostUs(&in, MEND_ALGO_RD);
+    EXPECT_LT(rd, mendTuneCostUs(&in, MEND_ALGO_TREE)) << bytes << " B, 6 ranks: only 4 ranks work in the rounds";
+    EXPECT_LT(rd, mendTuneCostUs(&in, MEND_ALGO_RING)) << bytes << " B, 6 ranks";
+  }
   in.nRanks = 8;
   in.cpuCrowd = 4;
+  in.nBytes = 64 << 10;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << "8 ranks, 64 KiB";
+  in.nBytes = 512 << 10;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD))
+      << "8 ranks, 512 KiB: the ring's turns overlap its bytes";
   in.nBytes = 1 << 20;
+  in.nChannels = 2;
   EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_TREE))
       << "the tree's pipeline pays a hand-off per chunk";
 }
