@@ -145,6 +145,14 @@ ncclResult_t mendExecPollError(struct ncclComm* comm);
  * communicator's asynchronous error). */
 ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclComm** comms, int nComms);
 
+/* Oversubscribed waits (host_engine.c): whether the calling thread takes other programs' threads to
+ * be competing for its CPU at time `now` (ns, mendTimeNs; it then spins MEND_SPIN_LOADED_US before
+ * sleeping instead of MEND_SPIN_OVERSUB_US), fed with every yield of its spin (start, duration).
+ * Per thread; the reset is for tests. */
+int mendLoadWatchLoaded(uint64_t now);
+void mendLoadWatchYield(uint64_t start, uint64_t took);
+void mendLoadWatchReset(void);
+
 /* Rounding helpers of the planner and of the program walker (walk.h): host and device. */
 MEND_HD size_t mendDivUp(size_t a, size_t b) { return (a + b - 1) / b; }
 MEND_HD size_t mendAlignUp(size_t a, size_t b) { return mendDivUp(a, b) * b; }

@@ -5,9 +5,9 @@
  * process, and a work blocked on one connector never stops another.  When a full pass moves
  * nothing, the engine spins (yielding) for MEND_SPIN_US, then sleeps on a doorbell with a short
  * bound, checking abort flags and asynchronous errors every round: 8 ranks on 2 cores progress,
- * and nothing waits forever after an abort.  When the ranks of the host outnumber its CPUs, the
- * spin is MEND_SPIN_OVERSUB_US instead (default 5 us), since a spinning rank takes the core from
- * the rank whose step it waits for.
+ * and nothing waits forever after an abort.  When the ranks of the host outnumber its CPUs, every
+ * idle pass yields, for MEND_SPIN_OVERSUB_US, or MEND_SPIN_LOADED_US while other programs' threads
+ * take the CPUs (mendLoadWatchYield).
  */
 #include "device/engine.h"
 #include "device/opsig.h"
@@ -428,10 +428,56 @@ static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResu
 #define POLLS_PER_YIELD 64
 #define SHARED_YIELD_NS 2000 /* a bare yield costs a few hundred ns here; one that let another thread run, more */
 
+/* Oversubscribed, the crowd's ranks hand the CPUs to each other by yielding (MEND_SPIN_OVERSUB_US):
+ * a sleep and its wake-up cost 30 us and more, a yield a few.  But a thread of another program that
+ * gets a CPU keeps it for a scheduler slice (1-4 ms) when no rank wakes up to preempt it, as a
+ * sleeping rank would: 8 ranks on 2 CPUs, 8-byte AllReduce, 17-28 us yielding against 68-93
+ * sleeping, but with two simulations at nice 19 on the CPUs, 1.4 ms against 0.2.  Such slices show as
+ * yields over 1 ms, about 40 a second a rank then, about 3 without them (our own helper threads, the
+ * kernel's), scattered.  So LOADED_COUNT long yields within LOADED_WINDOW_NS make a thread loaded
+ * (MEND_SPIN_LOADED_US) for LOADED_HOLD_NS, and it starts loaded for LOADED_CLEAR_NS: a short job
+ * on a busy host never yields its CPUs away. */
+#define LOADED_YIELD_NS 1000000ull
+#define LOADED_COUNT 4
+#define LOADED_WINDOW_NS 100000000ull
+#define LOADED_CLEAR_NS 250000000ull
+#define LOADED_HOLD_NS 5000000000ull
+
+struct loadWatch {
+  uint64_t longAt[LOADED_COUNT]; /* the last long yields, a ring */
+  int next;
+  uint64_t until; /* loaded until then (0: not looked yet) */
+};
+static __thread struct loadWatch loadWatch;
+
+void mendLoadWatchReset(void) { memset(&loadWatch, 0, sizeof(loadWatch)); }
+
+int mendLoadWatchLoaded(uint64_t now) {
+  if (loadWatch.until == 0) loadWatch.until = now + LOADED_CLEAR_NS;
+  return now < loadWatch.until;
+}
+
+void mendLoadWatchYield(uint64_t start, uint64_t took) {
+  struct loadWatch* w = &loadWatch;
+  if (took < LOADED_YIELD_NS) return;
+  uint64_t at = start + took;
+  w->longAt[w->next] = at;
+  w->next = (w->next + 1) % LOADED_COUNT;
+  uint64_t oldest = w->longAt[w->next]; /* the first of the last LOADED_COUNT (0: fewer yet) */
+  if (oldest == 0 || at - oldest > LOADED_WINDOW_NS) return;
+  int was = mendLoadWatchLoaded(at);
+  w->until = at + LOADED_HOLD_NS;
+  if (!was)
+    INFO(NCCL_INIT, "Host engine: other programs' threads take this CPU (%d yields over %llu ms within %llu ms): "
+       "spin %lld us before sleeping (MEND_SPIN_LOADED_US) for %llu s", LOADED_COUNT, LOADED_YIELD_NS / 1000000,
+       LOADED_WINDOW_NS / 1000000, (long long)mendParamSpinLoadedUs(), LOADED_HOLD_NS / 1000000000);
+}
+
 struct idle {
   uint64_t since, warnAt; /* start of the idle period; next stall report */
   uint64_t scanAt;        /* next sigScan */
   int64_t spinNs, stallMs; /* MEND_SPIN_US or MEND_SPIN_OVERSUB_US, MEND_STALL_WARN_MS */
+  int64_t loadedNs;        /* MEND_SPIN_LOADED_US: oversubscribed, while other programs take the CPUs */
   int oversub;            /* more ranks on this host than CPUs */
   int spread;             /* MEND_SPREAD and not oversubscribed: look for ranks sharing this CPU */
   int armed;              /* the spin is over: the bells are read before each pass (a ring after the read
@@ -464,12 +510,15 @@ static void idleWait(struct idle* id, struct mendWork** works, int nWorks, struc
     id->warnAt = id->stallMs > 0 ? now + (uint64_t)id->stallMs * 1000000ull : UINT64_MAX;
     id->scanAt = now + SCAN_NS;
   }
-  if ((int64_t)(now - id->since) < id->spinNs) {
+  int64_t spinNs = id->oversub && mendLoadWatchLoaded(now) ? id->loadedNs : id->spinNs;
+  if ((int64_t)(now - id->since) < spinNs) {
     if (id->oversub || id->polls > 0) {
       sched_yield(); /* not on the first idle pass of a period (idlePoll) */
       /* A yield that took long ran another thread on this CPU: maybe a rank of this host that need
-       * not be here (transport/spread.c).  Oversubscribed, sharing is expected. */
-      if (id->spread && mendTimeNs() - now > SHARED_YIELD_NS)
+       * not be here (transport/spread.c).  Oversubscribed, sharing is expected, but not a slice of
+       * another program's (mendLoadWatchYield). */
+      if (id->oversub) mendLoadWatchYield(now, mendTimeNs() - now);
+      else if (id->spread && mendTimeNs() - now > SHARED_YIELD_NS)
         for (int i = 0; i < nBells; i++)
           if (mendSpreadCheck(comms[i])) break; /* moved: one communicator's peers were enough */
     } else {
@@ -519,6 +568,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   uint32_t seen[MAX_BELLS];
   struct idle id = {.oversub = oversubscribed(comms, nComms), .stallMs = mendParamStallWarnMs()};
   id.spinNs = (id.oversub ? mendParamSpinOversubUs() : mendParamSpinUs()) * 1000;
+  id.loadedNs = mendParamSpinLoadedUs() * 1000;
   id.spread = !id.oversub && mendParamSpread();
   for (int i = 0; id.spread && i < nBells; i++) mendSpreadPublish(comms[i]);
   /* An operation is complete once every step ran: its sends sit in FIFO slots the transport

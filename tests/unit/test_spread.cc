@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "device/engine.h"
 #include "mend_internal.h"
 
 namespace {
@@ -50,4 +51,47 @@ TEST(Spread, SeveralMoversPickDifferentCpus) {
   EXPECT_EQ(choose(4, 2, {0, 1, 2, 3, 4, 5, 6, 7}, o2.first, o2.second), 7);
   // Only one free CPU: both movers go there (the second finds the first there and moves on later).
   EXPECT_EQ(choose(4, 2, {4, 5, 6}, o2.first, o2.second), 6);
+}
+
+// Oversubscribed, a rank yields while it waits (MEND_SPIN_OVERSUB_US) unless other programs' threads
+// take its CPU (device/host_engine.c, mendLoadWatch*): a yield over 1 ms is another program's
+// scheduler slice; 4 of them within 100 ms make the thread "loaded" (the short spin,
+// MEND_SPIN_LOADED_US) for 5 s.  A thread starts loaded for 250 ms, so a short job on a busy host
+// never yields its CPUs away.
+TEST(LoadWatch, StartsLoadedThenClears) {
+  mendLoadWatchReset();
+  const uint64_t ms = 1000000, t0 = 1000 * ms;
+  EXPECT_TRUE(mendLoadWatchLoaded(t0)) << "the first look starts the 250 ms probation";
+  EXPECT_TRUE(mendLoadWatchLoaded(t0 + 249 * ms));
+  EXPECT_FALSE(mendLoadWatchLoaded(t0 + 251 * ms)) << "no long yields: clear";
+  for (int i = 0; i < 1000; i++) mendLoadWatchYield(t0 + 300 * ms + i * 10000, 20000);  // 20 us yields: ranks
+  EXPECT_FALSE(mendLoadWatchLoaded(t0 + 400 * ms)) << "short yields are the crowd's own hand-offs";
+}
+
+TEST(LoadWatch, BurstOfLongYieldsLoadsForFiveSeconds) {
+  mendLoadWatchReset();
+  const uint64_t ms = 1000000, t0 = 1000 * ms;
+  mendLoadWatchLoaded(t0);
+  uint64_t t = t0 + 300 * ms;
+  ASSERT_FALSE(mendLoadWatchLoaded(t));
+  for (int i = 0; i < 3; i++, t += 20 * ms) mendLoadWatchYield(t, 2 * ms);
+  EXPECT_FALSE(mendLoadWatchLoaded(t)) << "3 long yields within 100 ms: not yet";
+  mendLoadWatchYield(t, 2 * ms);
+  EXPECT_TRUE(mendLoadWatchLoaded(t + 3 * ms)) << "the 4th within 100 ms";
+  EXPECT_TRUE(mendLoadWatchLoaded(t + 4900 * ms));
+  EXPECT_FALSE(mendLoadWatchLoaded(t + 5100 * ms)) << "held 5 s from the last burst";
+}
+
+TEST(LoadWatch, ScatteredLongYieldsDoNotLoad) {
+  mendLoadWatchReset();
+  const uint64_t ms = 1000000, t0 = 1000 * ms;
+  mendLoadWatchLoaded(t0);
+  uint64_t t = t0 + 300 * ms;
+  for (int i = 0; i < 40; i++, t += 40 * ms) {  // one long yield every 40 ms: 3 in any 100 ms at most
+    mendLoadWatchYield(t, 1500000);
+    EXPECT_FALSE(mendLoadWatchLoaded(t + 2 * ms)) << "long yield " << i;
+  }
+  mendLoadWatchYield(t, 999999);
+  mendLoadWatchYield(t + ms, 999999);
+  EXPECT_FALSE(mendLoadWatchLoaded(t + 2 * ms)) << "under 1 ms is not another program's slice";
 }
