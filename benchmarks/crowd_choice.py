@@ -22,21 +22,11 @@ import sys
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from small_latency import parse_table  # noqa: E402  (the perf tools' table, out-of-place time)
+
 TOOLS = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
          "broadcast": "broadcast_perf"}
-
-
-def parse_table(out):
-    """{size: out-of-place time in us} from a perf tool's table."""
-    res = {}
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) > 6 and f[0].isdigit():
-            try:
-                res[int(f[0])] = float(f[5])
-            except ValueError:
-                pass
-    return res
 
 
 def run(build, n, tool, sizes, iters, env_extra, timeout=300):

@@ -9,7 +9,8 @@
 #  - every launcher path starts and finishes ranks: threads, ranks per thread (-g), mend-run
 #    (env launch, 2 and 4 ranks), the testbed (root only); mpirun is test_perf_mpi.sh
 #  - failover_perf: --selftest (parsing, summary) and a short loop on a 2x2 testbed (root only)
-#  - compare.py on a tiny sweep with every peer whose library is installed (make builds them)
+#  - compare.py on a tiny sweep with every peer whose library is installed (make builds them);
+#    crowd_choice.py on a tiny sweep (each algorithm forced, the choice, regrets)
 #  - mend-run propagates exit codes and timeouts; its usage with no arguments or no program; --bind
 # Every command runs under a timeout, so a hang is a failure, not a stuck test run.
 set -u
@@ -185,6 +186,14 @@ for r in rows:   # size, Mend time, Mend busbw, one busbw and one ratio per peer
 PY
 then ok compare "peers: ${peers:-none}"
 else cat "$TMP/compare.chk" "$TMP/results.md" >> "$TMP/compare.out"; notok compare "$TMP/compare.out"; fi
+
+# 7c. crowd_choice.py on a tiny sweep: every algorithm forced and the model's choice, a regret per
+#     cell (the choice's time over the best algorithm's) and their summary.
+run crowd_choice python3 benchmarks/crowd_choice.py --build "$B" --rounds 1 --ranks 2 --colls allreduce,allgather \
+  --sizes "-b 1K -e 4K -f 4" --iters "-n 3 -w 1"
+if [ "$rc" -eq 0 ] && grep -q "^choice / best algorithm over 4 cells: geometric mean [0-9.]*, worst [0-9.]*$" "$TMP/crowd_choice.out" &&
+   [ "$(grep -cE '^ +(1024|4096) +[0-9.]+ .* [0-9.]+$' "$TMP/crowd_choice.out")" -eq 4 ]; then ok crowd_choice
+else notok crowd_choice "$TMP/crowd_choice.out"; fi
 
 # 8. mend-run itself: the worst exit code, timeouts, every rank started with its own RANK.
 run mendrun_ranks "$RUN" -np 3 --all-output sh -c 'echo "rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK id=$NCCL_COMM_ID"'

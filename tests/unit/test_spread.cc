@@ -58,6 +58,16 @@ TEST(Spread, SeveralMoversPickDifferentCpus) {
 // scheduler slice; 4 of them within 100 ms make the thread "loaded" (the short spin,
 // MEND_SPIN_LOADED_US) for 5 s.  A thread starts loaded for 250 ms, so a short job on a busy host
 // never yields its CPUs away.
+namespace {
+const uint64_t kMs = 1000000;
+// A fresh watch, first looked at 1 s, past its probation: returns the time it is clear at.
+uint64_t clearWatch() {
+  mendLoadWatchReset();
+  mendLoadWatchLoaded(1000 * kMs);
+  return 1300 * kMs;
+}
+}  // namespace
+
 TEST(LoadWatch, StartsLoadedThenClears) {
   mendLoadWatchReset();
   const uint64_t ms = 1000000, t0 = 1000 * ms;
@@ -69,10 +79,8 @@ TEST(LoadWatch, StartsLoadedThenClears) {
 }
 
 TEST(LoadWatch, BurstOfLongYieldsLoadsForFiveSeconds) {
-  mendLoadWatchReset();
-  const uint64_t ms = 1000000, t0 = 1000 * ms;
-  mendLoadWatchLoaded(t0);
-  uint64_t t = t0 + 300 * ms;
+  const uint64_t ms = kMs;
+  uint64_t t = clearWatch();
   ASSERT_FALSE(mendLoadWatchLoaded(t));
   for (int i = 0; i < 3; i++, t += 20 * ms) mendLoadWatchYield(t, 2 * ms);
   EXPECT_FALSE(mendLoadWatchLoaded(t)) << "3 long yields within 100 ms: not yet";
@@ -83,10 +91,8 @@ TEST(LoadWatch, BurstOfLongYieldsLoadsForFiveSeconds) {
 }
 
 TEST(LoadWatch, ScatteredLongYieldsDoNotLoad) {
-  mendLoadWatchReset();
-  const uint64_t ms = 1000000, t0 = 1000 * ms;
-  mendLoadWatchLoaded(t0);
-  uint64_t t = t0 + 300 * ms;
+  const uint64_t ms = kMs;
+  uint64_t t = clearWatch();
   for (int i = 0; i < 40; i++, t += 40 * ms) {  // one long yield every 40 ms: 3 in any 100 ms at most
     mendLoadWatchYield(t, 1500000);
     EXPECT_FALSE(mendLoadWatchLoaded(t + 2 * ms)) << "long yield " << i;
