@@ -221,10 +221,7 @@ static double crowdedSteps(const struct mendCostIn* in, int algo) {
 }
 
 /* A crowded host's turn: a step that waits for a peer waits for the c ranks sharing its CPU to run. */
-static double crowdTurnUs(const struct mendCostIn* in, double handoffUs) {
-  double crowd = crowdOf(in);
-  return crowd > 1.0 ? crowd * handoffUs : 0.0;
-}
+static double turnUs(double crowd, double handoffUs) { return crowd > 1.0 ? crowd * handoffUs : 0.0; }
 
 /* Recursive-doubling AllReduce: log2(P) rounds of the whole vector among the first P ranks, and past
  * a power of two a fold (the n - P extra ranks hand their input to a partner, then take the result
@@ -240,7 +237,7 @@ static double rdAllReduceUs(const struct mendCostIn* in, double a, double handof
   double hops[2] = {rounds, p < n ? 2 : 0}, us = 0;
   for (int i = 0; i < 2; i++) {
     double c = crowd * share[i] > 1.0 ? crowd * share[i] : 1.0;
-    if (hops[i] > 0) us += hops[i] * (a + (c > 1.0 ? c * handoffUs : 0.0) + S * c / bwPerUs + S * c / redPerUs);
+    if (hops[i] > 0) us += hops[i] * (a + turnUs(c, handoffUs) + S * c / bwPerUs + S * c / redPerUs);
   }
   return us;
 }
@@ -271,7 +268,7 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
    * children).  Fitted on 2 CPUs: 4, 6 and 8 ranks, AllReduce and AllGather, 16 KiB-1 MiB, every
    * algorithm forced (`benchmarks/crowd_choice.py`; `src/enqueue/README.md`, "Crowded hosts"). */
   double crowd = crowdOf(in);
-  double turn = crowdTurnUs(in, cal->handoffUs), hand = 1.5 * turn;
+  double turn = turnUs(crowd, cal->handoffUs), hand = 1.5 * turn;
   double alpha = k->alphaUs + turn;
   double perUs = bw * 1e3 / crowd; /* bytes per microsecond */
   double redUs = cal->reduceGBs * 1e3 / crowd; /* bytes a rank reduces per microsecond */
