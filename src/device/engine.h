@@ -148,7 +148,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
 /* Oversubscribed waits (host_engine.c): whether the calling thread takes other programs' threads to
  * be competing for its CPU at time `now` (ns, mendTimeNs; it then spins MEND_SPIN_LOADED_US before
  * sleeping instead of MEND_SPIN_OVERSUB_US), fed with every yield of its spin (start, duration).
- * Per thread; the reset is for tests. */
+ * A thread's first look starts it loaded for 250 ms.  Per thread; the reset is for tests. */
 int mendLoadWatchLoaded(uint64_t now);
 void mendLoadWatchYield(uint64_t start, uint64_t took);
 void mendLoadWatchReset(void);
