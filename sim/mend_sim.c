@@ -94,6 +94,8 @@ struct simStream {
   int direct;                /* both ends on one shared-memory host: timed here, no transfer (streamPost) */
   double rate;               /* direct: that host's loopback, bytes per second */
   double lastLeft;           /* direct: when the last queued segment's last byte leaves */
+  double* landing;           /* direct: when each queued segment not yet taken lands, a ring ... */
+  int landHead, landCount, landCap; /* ... from landHead, grown as the sender runs ahead */
   sg_host_t to;              /* the host of the hop's NIC at the receiving end */
   int toHost;                /* its index (hostIndex) */
   char box[32];              /* the mailbox's name */
@@ -114,6 +116,8 @@ struct simWork {
   struct simStream out[MEND_PROG_MAX_PEERS]; /* per send connector: its stream */
   struct simStream* in[MEND_PROG_MAX_PEERS]; /* per receive connector: the peer's stream to it */
   int taken[MEND_PROG_MAX_PEERS];        /* per receive connector: segments it took */
+  double clock;                          /* its own time, at or past SimGrid's (workMain) */
+  int homeNic;                           /* its home host's NIC (homeNics) */
 };
 
 static struct simWork* works;
@@ -277,30 +281,63 @@ static void wake(int* waits, sg_sem_t sem) {
   }
 }
 
+/* A work's time: at least SimGrid's clock, past it while the work ran ahead through direct streams. */
+static void caughtUp(struct simWork* w) {
+  double now = simgrid_get_clock();
+  if (now > w->clock) w->clock = now;
+}
+
+static void later(struct simWork* w, double t) {
+  if (t > w->clock) w->clock = t;
+}
+
 /* A stream whose two ends share a shared-memory host crosses only that host's loopback, a FATPIPE
  * on which no other transfer changes its rate: its sender would start each segment when it is
  * queued or when the one before has left, whichever is later, and the segment's last byte would
  * leave its size / rate after that.  So it is timed here, when queued, with no sender, mailbox or
- * transfer (in a healthy cluster with a rank per GPU, 7 of every 8 ring hops): the same times as
- * the transfer (to the event precision of SimGrid, 1 ns), at a fraction of the cost. */
-static void streamPostDirect(struct simStream* q, uint64_t bytes) {
-  double now = simgrid_get_clock();
-  double start = q->lastLeft > now ? q->lastLeft : now;
+ * transfer (in a healthy cluster with a rank per GPU, 7 of every 8 ring hops), and in the works'
+ * own clocks: queueing and taking such a segment (once queued) moves the work's clock, not
+ * SimGrid's, so a work runs ahead through a server's hops with no sleep and no event.  It catches
+ * SimGrid's clock up before anything SimGrid times (a stream with a transfer, its end).  The same
+ * times as the transfers (to SimGrid's event precision, 1 ns), at a fraction of the cost. */
+static int landingPush(struct simStream* q, double t) {
+  if (q->landCount == q->landCap) {
+    int cap = q->landCap ? 2 * q->landCap : 16;
+    double* ring = malloc(sizeof(*ring) * (size_t)cap);
+    if (ring == NULL) return -1;
+    for (int k = 0; k < q->landCount; k++) ring[k] = q->landing[(q->landHead + k) % q->landCap];
+    free(q->landing);
+    q->landing = ring;
+    q->landHead = 0;
+    q->landCap = cap;
+  }
+  q->landing[(q->landHead + q->landCount++) % q->landCap] = t;
+  return 0;
+}
+
+static void streamPostDirect(struct simWork* w, struct simStream* q, uint64_t bytes) {
+  int oldest = q->nPosted - SIM_SLOTS;
+  if (oldest >= 0) later(w, q->sent[oldest % SIM_SLOTS] + q->latency); /* a slot is free once it landed */
+  double start = q->lastLeft > w->clock ? q->lastLeft : w->clock;
   q->lastLeft = start + (double)bytes / q->rate;
   q->sent[q->nPosted % SIM_SLOTS] = q->lastLeft;
+  if (landingPush(q, q->lastLeft + q->latency) != 0) {
+    fprintf(stderr, "mend-sim: out of memory\n");
+    exit(1);
+  }
   q->nPosted++;
   q->nStarted = q->nSent = q->nPosted;
   wake(&q->recvWaits, q->recvWake);
 }
 
 /* Queue a segment (no simulated time, no link): wait while SIM_SLOTS are not yet delivered. */
-static void streamPost(struct simStream* q, uint64_t bytes) {
-  int oldest = q->nPosted - SIM_SLOTS;
+static void streamPost(struct simWork* w, struct simStream* q, uint64_t bytes) {
   if (q->direct) {
-    if (oldest >= 0) sleepUntil(landedAt(q, oldest));
-    streamPostDirect(q, bytes);
+    streamPostDirect(w, q, bytes);
     return;
   }
+  sleepUntil(w->clock); /* its sender starts the segment at SimGrid's clock */
+  int oldest = q->nPosted - SIM_SLOTS;
   if (oldest >= 0) {
     while (q->nSent <= oldest) {
       q->postWaits = 1;
@@ -312,21 +349,26 @@ static void streamPost(struct simStream* q, uint64_t bytes) {
   q->tail = (q->tail + 1) % SIM_SLOTS;
   q->nPosted++;
   wake(&q->senderWaits, q->senderWake);
+  caughtUp(w);
 }
 
-/* Take segment i of a stream: wait until it is delivered.  It is got only once put: a get posted
- * first would make the getter, on the work's home host, the transfer's receiver. */
-static void streamTake(struct simStream* q, int i, sg_mailbox_t box) {
+/* Take segment i of a stream: the work's clock moves to when it is delivered.  It is got only once
+ * put: a get posted first would make the getter, on the work's home host, the transfer's receiver. */
+static void streamTake(struct simWork* w, struct simStream* q, int i, sg_mailbox_t box) {
   while (q->nStarted <= i) {
     q->recvWaits = 1;
     sg_sem_acquire(q->recvWake);
   }
+  caughtUp(w);
   if (q->direct) {
-    sleepUntil(landedAt(q, i));
+    later(w, q->landing[q->landHead]);
+    q->landHead = (q->landHead + 1) % q->landCap;
+    q->landCount--;
     return;
   }
   sg_mailbox_get(box); /* returns once the segment's last byte left */
-  sleepUntil(q->nSent > i ? landedAt(q, i) : simgrid_get_clock() + q->latency);
+  caughtUp(w);
+  later(w, q->nSent > i ? landedAt(q, i) : simgrid_get_clock() + q->latency);
 }
 
 /* A send connector's sender, on the host of its hop's NIC: one TCP stream, so it puts the queued
@@ -374,16 +416,18 @@ static void workMain(int argc, char** argv) {
   sg_mailbox_t box[MEND_PROG_MAX_PEERS];
   for (int i = 0; i < p->nPeers; i++) box[i] = w->in[i] && !w->in[i]->direct ? sg_mailbox_by_name(w->in[i]->box) : NULL;
   struct mendWalk walk;
+  w->clock = simgrid_get_clock();
   mendWalkBegin(&walk, p, &w->args);
   while (!walk.done) {
     const struct mendProgStep* s = p->steps + walk.step;
     int seg = mendWalkSeg(&walk, p);
     uint64_t bytes = mendWalkSegLen(&walk, p, &w->args, seg) * w->args.typeSize;
     if (bytes > 0 && (s->op & MEND_STEP_RECV))
-      streamTake(w->in[s->recvPeer], w->taken[s->recvPeer]++, box[s->recvPeer]);
-    if (bytes > 0 && (s->op & MEND_STEP_SEND)) streamPost(w->out + s->sendPeer, bytes);
+      streamTake(w, w->in[s->recvPeer], w->taken[s->recvPeer]++, box[s->recvPeer]);
+    if (bytes > 0 && (s->op & MEND_STEP_SEND)) streamPost(w, w->out + s->sendPeer, bytes);
     mendWalkAdvance(&walk, p, &w->args);
   }
+  sleepUntil(w->clock); /* the run ends when the last work's clock does */
 }
 
 /* Per connector, the segments its work sends or takes (walked once, as workMain walks). */
@@ -413,12 +457,38 @@ static int hopNic(struct mendOffline* off, const struct simWork* w, const struct
   return d >= 0 ? d : -1;
 }
 
-/* A work's home NIC: the rail of its first hop to or from another server. */
+/* A work's home NIC: the rail of its first hop to or from another server; -1 for none. */
 static int workNic(struct mendOffline* off, const struct simWork* w) {
   for (int i = 0; i < w->prog->nPeers; i++) {
     int d = hopNic(off, w, w->prog->peers + i);
     if (d >= 0) return d;
   }
+  return -1;
+}
+
+/* Every work's home NIC.  One with no hop to another server (with a rank per GPU, the ring's
+ * ranks inside a server) takes the home of a work of its server and channel that has one, else NIC
+ * 0: the hops of a channel inside a server then share one shared-memory host, whose loopback
+ * bounds each alone (as NVLink ports do), where a home of NIC 0 put the hops to and from the
+ * channel's boundary ranks on the server's shared link, one for all channels. */
+static int homeNics(struct mendOffline* off, int nServers) {
+  int nCh = 1;
+  for (int i = 0; i < nWorks; i++) nCh = works[i].channel + 1 > nCh ? works[i].channel + 1 : nCh;
+  int* first = malloc(sizeof(*first) * (size_t)nServers * (size_t)nCh);
+  if (first == NULL) return -1;
+  for (size_t k = 0; k < (size_t)nServers * (size_t)nCh; k++) first[k] = -1;
+  for (int i = 0; i < nWorks; i++) {
+    struct simWork* w = works + i;
+    size_t k = (size_t)mendOfflineServer(off, w->rank) * (size_t)nCh + (size_t)w->channel;
+    w->homeNic = workNic(off, w);
+    if (w->homeNic >= 0 && first[k] < 0) first[k] = w->homeNic;
+  }
+  for (int i = 0; i < nWorks; i++) {
+    struct simWork* w = works + i;
+    size_t k = (size_t)mendOfflineServer(off, w->rank) * (size_t)nCh + (size_t)w->channel;
+    if (w->homeNic < 0) w->homeNic = first[k] >= 0 ? first[k] : 0;
+  }
+  free(first);
   return 0;
 }
 
@@ -434,7 +504,7 @@ static sg_host_t nicHost(struct mendOffline* off, int rank, int nic, int shm) {
  * uses the home NIC's shared-memory host (the platform routes those over the server's link); one
  * between servers without a NIC, the home host. */
 static int placeWork(struct mendOffline* off, struct simWork* w, int index) {
-  int homeNic = workNic(off, w), server = mendOfflineServer(off, w->rank);
+  int homeNic = w->homeNic, server = mendOfflineServer(off, w->rank);
   w->home = nicHost(off, w->rank, homeNic, 0);
   if (w->home == NULL) return -1;
   for (int i = 0; i < w->prog->nPeers; i++) {
@@ -597,6 +667,7 @@ static int collectWorks(struct mendOffline* off, const struct mendOp* op) {
  * works on their home hosts; the barrier lets every anchor listen before a segment is put. */
 static int startActors(struct mendOffline* off, const struct simOpts* o) {
   char idx[16], peer[16];
+  if (homeNics(off, o->topo.nServers) != 0) return -1;
   for (int i = 0; i < nWorks; i++)
     if (placeWork(off, works + i, i) != 0) return -1;
   if (linkStreams() != 0 || indexLanding(o->topo.nServers) != 0) return -1;
@@ -681,6 +752,7 @@ int main(int argc, char** argv) {
       sg_sem_destroy(works[i].out[j].senderWake);
       sg_sem_destroy(works[i].out[j].recvWake);
       sg_sem_destroy(works[i].out[j].postWake);
+      free(works[i].out[j].landing);
     }
     free(works[i].prog);
   }
