@@ -6,7 +6,7 @@
  * bytes travel over the sender's NIC, the rail, and the receiver's NIC.
  *
  *   mend-sim --topo FILE [-e LINE]... [--bytes N] [--replan MODE] [--latency-us L] [--goodput F]
- *            [--shm-gbps R]
+ *            [--shm-gbps R] [--direct 0|1]
  *
  * Platform (sim/README.md): per server and NIC a host and two links (up, down; line rate x goodput);
  * NIC d of one server reaches NIC d of another through rail d's leaf (non-blocking: no link of its
@@ -75,6 +75,7 @@ struct simOpts {
   double latencyUs;  /* per NIC link */
   double goodput;    /* share of the line rate TCP payload gets (1448/1514 on the testbed) */
   double shmGbps;    /* a server's shared-memory link */
+  int direct;        /* streams within one shared-memory host timed without transfers (streamPostDirect) */
 };
 
 /* A send connector: an ordered stream (TCP) with a SIM_SLOTS-slot FIFO.  Its work queues segments
@@ -124,6 +125,7 @@ static struct simWork* works;
 static int nWorks;
 static int hostNicsN;      /* NICs per server (hostIndex) */
 static double linkLatency; /* seconds, per NIC link (up or down) */
+static int directOn;       /* --direct */
 /* The streams by the host they land on (hostIndex): per host one anchor, the permanent receiver of
  * their mailboxes, so that a segment's bytes flow as soon as it is put, to that host. */
 static struct simStream** landing;
@@ -133,7 +135,7 @@ static sg_bar_t ready;    /* anchors and senders: no segment is put before its m
 
 static int usage(const char* why) {
   fprintf(stderr, "mend-sim: %s\nusage: mend-sim --topo FILE [-e LINE]... [--bytes N] [--replan MODE] "
-                  "[--latency-us L] [--goodput F] [--shm-gbps R]\n", why);
+                  "[--latency-us L] [--goodput F] [--shm-gbps R] [--direct 0|1]\n", why);
   return 2;
 }
 
@@ -143,6 +145,7 @@ static int parseArgs(int argc, char** argv, struct simOpts* o) {
   o->latencyUs = 10;
   o->goodput = 1448.0 / 1514.0;
   o->shmGbps = 50;
+  o->direct = 1;
   int have = 0;
   for (int i = 1; i + 1 < argc + 1; i += 2) {
     const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -158,6 +161,9 @@ static int parseArgs(int argc, char** argv, struct simOpts* o) {
       unsigned long long b = strtoull(v, &end, 10);
       if (*end || b < 4 || b % 4 || b > (1ull << 36)) return usage("--bytes: a multiple of 4, 4..2^36");
       o->bytes = (size_t)b;
+    } else if (strcmp(k, "--direct") == 0) {
+      if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) return usage("--direct: 0 or 1");
+      o->direct = v[0] == '1';
     } else if (strcmp(k, "--replan") == 0) {
       setenv("MEND_REPLAN", v, 1);
       mendParamResetCache();
@@ -584,7 +590,7 @@ static int linkStreams(void) {
       q->to = w->hop[j];
       q->toHost = w->hopHost[j];
       q->latency = routeLatency(works[k->work].hopHost[k->peer], w->hopHost[j]);
-      q->direct = works[k->work].hopHost[k->peer] == w->hopHost[j] && w->hopHost[j] % 2 == 1;
+      q->direct = directOn && works[k->work].hopHost[k->peer] == w->hopHost[j] && w->hopHost[j] % 2 == 1;
       if (q->direct) {
         char lo[48];
         snprintf(lo, sizeof(lo), "lo%d_%d", w->hopHost[j] / 2 / hostNicsN, w->hopHost[j] / 2 % hostNicsN);
@@ -738,6 +744,7 @@ int main(int argc, char** argv) {
   int sgArgc = 5 + stackOpts(sgArgv + 5);
   simgrid_init(&sgArgc, sgArgv);
   linkLatency = o.latencyUs * 1e-6;
+  directOn = o.direct;
   hostNicsN = hostNics(&o.topo);
   if (loadPlatform(&o) != 0 || startActors(off, &o) != 0) return 1;
   simgrid_run();
