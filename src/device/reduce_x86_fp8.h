@@ -13,7 +13,9 @@
  *           the p-bit fp8 formats (p = 4, 3), enough for the sum or product of two operands, and
  *           tests/unit/test_reduce_vec.cc proves it on the whole domain: every pair of operands
  *           against dtypes.h's functions, which round once.
- * A second form of the same steps, 64 elements at a time, for CPUs with AVX512_VBMI, is at the end.
+ * A second form of the same steps, 64 elements at a time, for CPUs with AVX512_VBMI, is at the end;
+ * there a PreMulSum's product with its scalar is a 256-entry byte table, made by the steps above
+ * once per call and looked up with vpermi2b (f8Lut).
  */
 #ifndef MEND_DEVICE_REDUCE_X86_FP8_H_
 #define MEND_DEVICE_REDUCE_X86_FP8_H_
@@ -236,11 +238,40 @@ F8B_INLINE struct f8x32 f8AddK(struct f8x32 x, struct f8x32 y, __m512 k) {
     fp8Lookup(fp8Table(FMT, OPN), d + i, a + i, b + i, n - i);                                   \
   }
 
+/* A PreMulSum's product with its scalar as a table of the 256 fp8 codes (four vectors of 64), and
+ * 64 codes looked up in it: a code's low 7 bits pick one of 128 entries in each half of the table
+ * (vpermi2b), its top bit the half.  One lookup replaces a decode, two multiplies and an encode per
+ * 64 elements; the table is made by those same steps, so every product is the one they give. */
+struct f8Lut {
+  __m512i q[4];
+};
+
+F8B_INLINE __m512i f8LutGet(const struct f8Lut* l, __m512i v) {
+  __m512i lo = _mm512_permutex2var_epi8(l->q[0], v, l->q[1]);
+  __m512i hi = _mm512_permutex2var_epi8(l->q[2], v, l->q[3]);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi);
+}
+
 /* One format's loops (SHIFT, MAXENC, K as in F8_V4_STEPS; FMT its result tables, for the tails).
- * ENC2: the two halves' codes packed back into 64 bytes in order. */
+ * ENC2: the two halves' codes packed back into 64 bytes in order; LUT: the scalar's product table. */
 #define F8_V4B_LOOPS(Tag, FMT, SHIFT, MAXENC, K)                                                 \
   F8B_INLINE __m512i f8Enc2##Tag(struct f8x32 x0, struct f8x32 x1) {                             \
     return _mm512_packus_epi16(f8EncodeW(x0, SHIFT, MAXENC), f8EncodeW(x1, SHIFT, MAXENC));      \
+  }                                                                                              \
+  F8B_INLINE struct f8Lut f8Lut##Tag(const struct f8Dec* t, uint8_t s) {                         \
+    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                            \
+    const __m512 k = _mm512_set1_ps(K);                                                          \
+    const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, \
+                                         47, 46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, \
+                                         31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, \
+                                         15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);  \
+    struct f8Lut l;                                                                              \
+    for (int j = 0; j < 4; j++) {                                                                \
+      __m512i a0, a1;                                                                            \
+      f8DecodeB##Tag(_mm512_add_epi8(iota, _mm512_set1_epi8((char)(64 * j))), t, &a0, &a1);      \
+      l.q[j] = f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), vs, k), f8Mul(f8HalvesToFloats(a1), vs, k)); \
+    }                                                                                            \
+    return l;                                                                                    \
   }                                                                                              \
   F8B_BINARY(redSum##Tag##V4B, Tag, FMT, FP8_SUM, f8AddK, K)                                     \
   F8B_BINARY(redProd##Tag##V4B, Tag, FMT, FP8_PROD, f8Mul, K)                                    \
@@ -253,17 +284,16 @@ F8B_INLINE struct f8x32 f8AddK(struct f8x32 x, struct f8x32 y, __m512 k) {
     uint8_t s;                                                                                   \
     redScalar(op, &s, sizeof s);                                                                 \
     const struct f8Dec t = f8DecTables();                                                        \
-    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                            \
-    const __m512 k = _mm512_set1_ps(K);                                                          \
     size_t i = 0;                                                                                \
-    for (; i + 64 <= n; i += 64) { /* the product is rounded to fp8 before the sum */            \
-      __m512i a0, a1, b0, b1, p0, p1;                                                            \
-      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
-      f8DecodeB##Tag(f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), vs, k), f8Mul(f8HalvesToFloats(a1), vs, k)), &t, \
-                     &p0, &p1);                                                                  \
-      f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                               \
-      F8B_ST(d + i, f8Enc2##Tag(f8Add(f8HalvesToFloats(p0), f8HalvesToFloats(b0)),               \
-                                f8Add(f8HalvesToFloats(p1), f8HalvesToFloats(b1))));             \
+    if (n >= 64) {                                                                               \
+      const struct f8Lut l = f8Lut##Tag(&t, s);                                                  \
+      for (; i + 64 <= n; i += 64) { /* the product is rounded to fp8 before the sum */          \
+        __m512i b0, b1, p0, p1;                                                                  \
+        f8DecodeB##Tag(f8LutGet(&l, F8B_LD(a + i)), &t, &p0, &p1);                               \
+        f8DecodeB##Tag(F8B_LD(b + i), &t, &b0, &b1);                                             \
+        F8B_ST(d + i, f8Enc2##Tag(f8Add(f8HalvesToFloats(p0), f8HalvesToFloats(b0)),             \
+                                  f8Add(f8HalvesToFloats(p1), f8HalvesToFloats(b1))));           \
+      }                                                                                          \
     }                                                                                            \
     fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, s, n - i); \
   }                                                                                              \
@@ -276,13 +306,10 @@ F8B_INLINE struct f8x32 f8AddK(struct f8x32 x, struct f8x32 y, __m512 k) {
     uint8_t s;                                                                                   \
     redScalar(op, &s, sizeof s);                                                                 \
     const struct f8Dec t = f8DecTables();                                                        \
-    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                            \
-    const __m512 k = _mm512_set1_ps(K);                                                          \
     size_t i = 0;                                                                                \
-    for (; i + 64 <= n; i += 64) {                                                               \
-      __m512i a0, a1;                                                                            \
-      f8DecodeB##Tag(F8B_LD(a + i), &t, &a0, &a1);                                               \
-      F8B_ST(d + i, f8Enc2##Tag(f8Mul(f8HalvesToFloats(a0), vs, k), f8Mul(f8HalvesToFloats(a1), vs, k))); \
+    if (n >= 64) {                                                                               \
+      const struct f8Lut l = f8Lut##Tag(&t, s);                                                  \
+      for (; i + 64 <= n; i += 64) F8B_ST(d + i, f8LutGet(&l, F8B_LD(a + i)));                   \
     }                                                                                            \
     fp8LookupScalar(fp8Table(FMT, FP8_PROD), d + i, a + i, s, n - i);                            \
   }
