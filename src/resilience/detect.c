@@ -164,6 +164,13 @@ void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done, uint32_t del
   d->lastMissMs = 0;
 }
 
+void mendRnetDetectProgress(struct rnetComm* rc) {
+  struct mendDetect* d = &rc->det;
+  d->backoff = 0;
+  d->peerSilent = 0;
+  d->lastMissMs = 0;
+}
+
 static uint64_t inFlightBytes(const struct rnetComm* rc) {
   uint64_t bytes = 0;
   for (uint64_t s = rc->nDone; s < rc->nPosted; s++) bytes += rc->reqs[s % RNET_WINDOW].size;

@@ -112,6 +112,8 @@ struct mendDetect {
 };
 /* Sender: an acknowledgement on path p advanced the done count to `done` (before rc->nDone moves). */
 void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done, uint32_t delayUs);
+/* Sender: progress without a round-trip sample (an acknowledgement that rode with the peer's data). */
+void mendRnetDetectProgress(struct rnetComm* rc);
 
 /* Short name of a cause ("link", "probe", ...), as events print it. */
 const char* mendRnetKillName(int why);

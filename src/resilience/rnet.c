@@ -198,6 +198,99 @@ static ncclResult_t rnetDeregMr(void* comm, void* mhandle) {
 
 /* ---------------------------------------------------------------- data path */
 
+/* ---- acknowledgements riding with data (README, "Acknowledgements") ----
+ * A word: bit 63 set, the peer's connId of the connection acknowledged (its low 23 bits) at bit 40,
+ * and how many of its messages we placed (below 2^40). */
+#define RNET_WORD_VALID (1ull << 63)
+#define RNET_WORD_COUNT ((1ull << 40) - 1)
+#define RNET_WORD_CONN 0x7fffffull
+
+/* Sender: the word for a message to our peer, for our receive comm from that peer whose peer has
+ * read least of what it placed (0: none owes anything).  Only atomics of the other comm are read:
+ * its lock is never taken under ours; the context's lock keeps it alive while we look. */
+static uint64_t wordFor(struct rnetComm* rc, uint64_t* conn, uint64_t* count) {
+  uint64_t word = 0, most = 0;
+  *conn = 0;
+  *count = 0;
+  if (rc->peerRank < 0) return 0;
+  struct rnetCtx* ctx = rc->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  for (struct rnetComm* q = ctx->comms; q; q = q->next) {
+    if (q->isSend || !q->words || q->peerRank != rc->peerRank || atomic_load(&q->stage) != RNET_STAGE_READY) continue;
+    uint64_t placed = atomic_load_explicit(&q->placedPub, memory_order_acquire);
+    uint64_t seen = atomic_load_explicit(&q->wordSeen, memory_order_relaxed);
+    if (placed <= seen || placed > RNET_WORD_COUNT || placed - seen <= most) continue;
+    most = placed - seen;
+    *conn = q->connId;
+    *count = placed;
+    word = RNET_WORD_VALID | (q->peerConnId & RNET_WORD_CONN) << 40 | placed;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+  return word;
+}
+
+/* Receiver: a word on a message from our peer: how many messages of our send comm it names the
+ * peer has placed.  Checked against that comm's posted count when the comm takes it (takeWords). */
+static void wordArrived(struct rnetComm* rc, uint64_t word) {
+  if (!(word & RNET_WORD_VALID) || rc->peerRank < 0) return;
+  uint64_t id = (word >> 40) & RNET_WORD_CONN, count = word & RNET_WORD_COUNT;
+  struct rnetCtx* ctx = rc->ctx;
+  pthread_mutex_lock(&ctx->lock);
+  for (struct rnetComm* s = ctx->comms; s; s = s->next) {
+    if (!s->isSend || (s->connId & RNET_WORD_CONN) != id || atomic_load(&s->stage) != RNET_STAGE_READY ||
+        s->peerRank != rc->peerRank)
+      continue;
+    uint64_t was = atomic_load_explicit(&s->wordAck, memory_order_relaxed);
+    while (count > was && !atomic_compare_exchange_weak(&s->wordAck, &was, count)) {}
+    break;
+  }
+  pthread_mutex_unlock(&ctx->lock);
+}
+
+/* Sender: the peer acknowledged messages up to `done` (by a control message or a word): the words
+ * those messages carried have been read, which lets our receive comms hold their own
+ * acknowledgements for what the words covered. */
+static void ackedTo(struct rnetComm* rc, uint64_t done) {
+  uint64_t conn[4] = {0}, count[4] = {0};
+  int n = 0;
+  for (uint64_t s = rc->nDone; s < done && s < rc->nPosted; s++) {
+    const struct rnetReq* r = rc->reqs + s % RNET_WINDOW;
+    if (r->wordConn == 0) continue;
+    int k = 0;
+    while (k < n && conn[k] != r->wordConn) k++;
+    if (k == n && n < 4) conn[n++] = r->wordConn;
+    if (k < n && r->wordCount > count[k]) count[k] = r->wordCount;
+  }
+  rc->nDone = done;
+  if (n == 0) return;
+  pthread_mutex_lock(&rc->ctx->lock);
+  for (struct rnetComm* q = rc->ctx->comms; q; q = q->next) {
+    for (int k = 0; k < n; k++) {
+      if (q->isSend || q->connId != conn[k]) continue;
+      uint64_t was = atomic_load_explicit(&q->wordSeen, memory_order_relaxed);
+      while (count[k] > was && !atomic_compare_exchange_weak(&q->wordSeen, &was, count[k])) {}
+    }
+  }
+  pthread_mutex_unlock(&rc->ctx->lock);
+}
+
+/* Sender: take what the peer's words acknowledged.  Progress, as a control acknowledgement is, but
+ * no round-trip sample: a word waits for data going our way. */
+static ncclResult_t takeWords(struct rnetComm* rc) {
+  uint64_t w = atomic_load_explicit(&rc->wordAck, memory_order_acquire);
+  if (w <= rc->nDone) return ncclSuccess;
+  if (w > rc->nPosted) {
+    WARN("NET/Resilient: conn %llx to rank %d: a word acknowledges %llu messages of %llu posted",
+         (unsigned long long)rc->connId, rc->peerRank, (unsigned long long)w, (unsigned long long)rc->nPosted);
+    return ncclRemoteError;
+  }
+  rc->wordAcks += w - rc->nDone;
+  ackedTo(rc, w);
+  mendRnetDetectProgress(rc);
+  rc->lastProgressMs = mendTimeMs();
+  return ncclSuccess;
+}
+
 /* Sender: may an acknowledgement have come?  Under held acknowledgements (ackDelayNs, the same
  * parameter as the receiver's) one of small messages is sent only once RNET_ACK_BATCH are placed,
  * RNET_ACK_BYTES are owed, or the oldest has waited ackDelayNs: before that, a look at the control
@@ -228,6 +321,7 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
     rc->ctrlReq[k] = req;
     rc->ctrlPosted++;
   }
+  if (rc->words) MENDCHECK(takeWords(rc));
   if (!ackMayBeDue(rc)) return ncclSuccess;
   while (rc->ctrlDone < rc->ctrlPosted) {
     int k = (int)(rc->ctrlDone % RNET_NCTRL), done = 0, size = 0;
@@ -243,7 +337,7 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
       return ncclRemoteError;
     }
     if (m.value > rc->nDone) mendRnetDetectAcked(rc, p, m.value, m.delayUs);
-    if (m.value > rc->nDone) rc->nDone = m.value;
+    if (m.value > rc->nDone) ackedTo(rc, m.value);
     rc->lastProgressMs = mendTimeMs();
   }
   return ncclSuccess;
@@ -304,7 +398,15 @@ static ncclResult_t sendPath(struct rnetComm* rc, int p) {
   while (!rc->waitResume && rc->nIssued < rc->nPosted) {
     struct rnetReq* r = rc->reqs + rc->nIssued % RNET_WINDOW;
     void* req = NULL;
-    MENDCHECK(rc->base->isend(path->data, r->data, r->size, 0, r->mr ? r->mr->base[p] : NULL, &req));
+    void* mh = r->mr ? r->mr->base[p] : NULL;
+    if (rc->words) {
+      uint64_t conn, count, word = wordFor(rc, &conn, &count);
+      MENDCHECK(rc->base->isendWord(path->data, r->data, r->size, 0, mh, word, &req));
+      r->wordConn = req ? conn : 0;
+      r->wordCount = count;
+    } else {
+      MENDCHECK(rc->base->isend(path->data, r->data, r->size, 0, mh, &req));
+    }
     if (!req) break;
     r->base = req;
     r->basePath = p;
@@ -336,22 +438,43 @@ static ncclResult_t reapCtrl(struct rnetComm* rc) {
   return ncclSuccess;
 }
 
+/* Receiver: the count the peer has read, in a control message or a word. */
+static uint64_t ackedBy(const struct rnetComm* rc) {
+  uint64_t seen = rc->words ? atomic_load_explicit(&rc->wordSeen, memory_order_relaxed) : 0;
+  seen = seen < rc->nDone ? seen : rc->nDone;
+  return seen > rc->ctrlSent ? seen : rc->ctrlSent;
+}
+
+/* Receiver: once words moved what the peer has read, the held clock runs from the oldest message
+ * it has not read (placed then, if its slot still says so; else now). */
+static void heldFrom(struct rnetComm* rc, uint64_t now) {
+  if (!rc->words) return;
+  uint64_t seen = atomic_load_explicit(&rc->wordSeen, memory_order_relaxed);
+  if (seen <= rc->wordSeenUsed || seen <= rc->ctrlSent) return;
+  rc->wordSeenUsed = seen;
+  if (seen >= rc->nDone) return;
+  const struct rnetReq* r = rc->reqs + seen % RNET_WINDOW;
+  rc->ackHeldNs = r->seq == seen && r->placedNs ? r->placedNs : now;
+}
+
 /* Receiver: is a control message due on the active path?  A RESUME always is.  An acknowledgement of
  * small messages may wait (README, "Acknowledgements"): an 8-byte operation then costs one message
  * per hop instead of two; the sender's slots and clocks never need it sooner than this rule sends it. */
 static int ctrlDue(const struct rnetComm* rc, uint64_t now, int placed, int force) {
   if (rc->sendResume) return 1;
-  uint64_t owed = rc->nDone - rc->ctrlSent;
+  if (rc->nDone == rc->ctrlSent) return 0;
+  if (force || rc->ackDelayNs == 0 || rc->owedBytes >= RNET_ACK_BYTES) return 1;
+  /* Owed: what the peer has read of neither a control message nor a word (held clock: heldFrom). */
+  uint64_t owed = rc->nDone - ackedBy(rc);
   if (owed == 0) return 0;
-  if (force || rc->ackDelayNs == 0 || rc->owedBytes >= RNET_ACK_BYTES || now - rc->ackHeldNs >= rc->ackDelayNs)
-    return 1;
+  if (now - rc->ackHeldNs >= rc->ackDelayNs) return 1;
   /* A batch goes out when we wait for the next message, not while the caller has data to act on. */
   return owed >= RNET_ACK_BATCH && (!placed || owed >= RNET_ACK_MAX);
 }
 
 /* Receiver: tell the service whether we hold an acknowledgement (it sends one held too long). */
 static void noteHeld(struct rnetComm* rc) {
-  uint64_t since = rc->nDone > rc->ctrlSent ? rc->ackHeldNs : 0;
+  uint64_t since = rc->nDone > ackedBy(rc) ? rc->ackHeldNs : 0;
   uint64_t was = atomic_load_explicit(&rc->ackHeldSince, memory_order_relaxed);
   if (since == was) return;
   atomic_store(&rc->ackHeldSince, since);
@@ -362,6 +485,7 @@ static ncclResult_t sendCtrl(struct rnetComm* rc, int p, int placed, int force) 
   struct rnetPath* path = rc->paths + p;
   MENDCHECK(reapCtrl(rc));
   uint64_t now = mendTimeNs();
+  heldFrom(rc, now);
   if (ctrlDue(rc, now, placed, force) && rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
     int k = (int)(rc->ctrlPosted % RNET_NCTRL);
     struct rnetCtrl* m = rc->area->ctrl + k;
@@ -410,17 +534,24 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
   while (rc->nDone < rc->nIssued) {
     struct rnetReq* r = rc->reqs + rc->nDone % RNET_WINDOW;
     int done = 0, size = 0;
-    MENDCHECK(rc->base->test(r->base, &done, &size));
+    uint64_t word = 0;
+    if (rc->words)
+      MENDCHECK(rc->base->testWord(r->base, &done, &size, &word));
+    else
+      MENDCHECK(rc->base->test(r->base, &done, &size));
     if (!done) break;
     r->base = NULL;
     r->got = size;
     uint64_t now = mendTimeNs();
-    if (rc->nDone == rc->ctrlSent) rc->ackHeldNs = now;
+    if (rc->nDone == ackedBy(rc)) rc->ackHeldNs = now;
+    r->placedNs = now;
     rc->lastPlacedNs = now;
     rc->owedBytes += (uint64_t)size;
     rc->nDone++;
     path->msgs++;
+    if (word) wordArrived(rc, word);
   }
+  if (rc->words) atomic_store_explicit(&rc->placedPub, rc->nDone, memory_order_release);
   return sendCtrl(rc, p, rc->nDone != doneBefore, 0);
 }
 
@@ -540,6 +671,8 @@ ncclResult_t mendRnetGetStats(void* netComm, struct mendRnetStats* st) {
   st->failbacks = rc->failbacks;
   st->rebuilds = rc->rebuilds;
   st->ctrlLooks = rc->ctrlLooks;
+  st->wordAcks = rc->wordAcks;
+  st->ctrlSent = rc->isSend ? 0 : rc->ctrlPosted;
   st->cross = rc->crossPath;
   st->relay = rc->crossPath >= 0 && rc->paths[rc->crossPath].relayed ? rc->paths[rc->crossPath].relayRank : -1;
   for (int p = 0; p < rc->nPaths; p++) {

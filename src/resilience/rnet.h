@@ -59,6 +59,8 @@ struct mendRnetStats {
   uint64_t failbacks;                      /* planned returns to a rebuilt preferred path */
   uint64_t rebuilds;                       /* dead paths made backups again */
   uint64_t ctrlLooks;                      /* sender: tests of its control comm for acknowledgements */
+  uint64_t wordAcks;                       /* sender: messages acknowledged by words on the peer's data */
+  uint64_t ctrlSent;                       /* receiver: control messages sent (acknowledgements, RESUMEs) */
   int cross;                               /* the last-resort slot: crossing or relay path (rnet_cross.c); -1: none */
   int relay;                               /* the bridge rank when that slot is a relay path; -1: not one */
   uint64_t msgs[MEND_RNET_MAX_SLOTS];      /* messages carried per path */

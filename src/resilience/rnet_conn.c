@@ -129,6 +129,8 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   /* Held acknowledgements need the service, which sends one its receiver stopped calling for. */
   int hold = ctx->resil || atomic_load(&holdAcksForTest);
   rc->ackDelayNs = hold && mendParamAckDelay() > 0 ? (uint64_t)mendParamAckDelay() * 1000 : 0;
+  /* Words need held acknowledgements (a word replaces a batch) and a base that carries them. */
+  rc->words = rc->ackDelayNs > 0 && mendParamAckWords() && ctx->base->isendWord && ctx->base->testWord;
   pthread_mutex_init(&rc->lock, NULL);
   pthread_mutex_init(&rc->inboxLock, NULL);
   pthread_mutex_lock(&ctx->lock);

@@ -203,6 +203,9 @@ struct rnetReq {
   void* base;             /* base request in flight, or NULL */
   int basePath;           /* path of `base` */
   int64_t postUs;         /* sender: when the user posted it (round-trip estimate, detect.c) */
+  uint64_t wordConn;      /* sender: connId of our receive comm whose placed count this message carried (0: none) */
+  uint64_t wordCount;     /* sender: ... that count */
+  uint64_t placedNs;      /* receiver: when it was placed */
 };
 
 enum rnetStage {
@@ -258,6 +261,12 @@ struct rnetComm {
   uint64_t owedBytes;                             /* receiver: bytes placed and not yet acknowledged */
   _Atomic uint64_t ackHeldSince;                  /* receiver: ackHeldNs while an acknowledgement is held, else 0 */
   int sendResume;                                 /* receiver: next control message is a RESUME */
+  int words;                                      /* acknowledgements ride with the reverse data (MEND_ACK_WORDS) */
+  _Atomic uint64_t placedPub;                     /* receiver: nDone, for our send comm to the peer to carry */
+  _Atomic uint64_t wordSeen;                      /* receiver: a count the peer has read in a word */
+  uint64_t wordSeenUsed;                          /* receiver: wordSeen when the held clock last moved */
+  _Atomic uint64_t wordAck;                       /* sender: highest count the peer's words brought */
+  uint64_t wordAcks;                              /* sender: acknowledgements taken from words (statistics) */
   struct rnetMr* mrs;                             /* live registrations */
   int64_t lastProgressMs;                         /* sender: last acknowledgement (or start of waiting) */
   _Atomic int probeState;                         /* enum mendRnetProbeState of the progress probe */

@@ -53,6 +53,12 @@ typedef struct mendNet {
   ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   /* *done = 1 when complete; sizes[i] gets the received size of each grouped receive. */
   ncclResult_t (*test)(void* request, int* done, int* sizes);
+  /* A word riding with the data (the resilient net's acknowledgements, src/resilience/README.md):
+   * isend carrying a 64-bit word to the receiver beside the data, and a test that also returns the
+   * word a completed receive carried (0 for a send).  NULL in a Net that carries none. */
+  ncclResult_t (*isendWord)(void* sendComm, void* data, size_t size, int tag, void* mhandle, uint64_t word,
+                            void** request);
+  ncclResult_t (*testWord)(void* request, int* done, int* sizes, uint64_t* word);
   ncclResult_t (*closeSend)(void* sendComm);
   ncclResult_t (*closeRecv)(void* recvComm);
   ncclResult_t (*closeListen)(void* listenComm);

@@ -64,6 +64,7 @@ struct mendSocketMsgHdr {
   uint32_t magic;  /* MEND_SOCKET_MSG_MAGIC: catches a desynchronised stream */
   uint32_t seq;    /* message number on this connection, from 0 */
   uint64_t size;   /* payload bytes */
+  uint64_t word;   /* a word riding with the message for the layer above (isendWord), opaque here */
 };
 
 struct mendSocketComm;
@@ -86,6 +87,7 @@ struct mendSocketReq {
   size_t posted;                /* irecv: buffer size; isend: message size */
   size_t size;                  /* message size (irecv: known once the header arrived) */
   int ctrlDone;                 /* header and inline payload moved on the control socket */
+  uint64_t word;                /* isendWord's word; a receive's, once its header came */
   _Atomic int partsLeft;        /* data-socket tasks not finished */
 };
 
@@ -210,6 +212,10 @@ ncclResult_t mendNetSocketIsend(void* sendComm, void* data, size_t size, int tag
 ncclResult_t mendNetSocketIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
                                 void** request);
 ncclResult_t mendNetSocketTest(void* request, int* done, int* sizes);
+/* isend / test with a word riding in the message header (mendNet_t's isendWord, testWord). */
+ncclResult_t mendNetSocketIsendWord(void* sendComm, void* data, size_t size, int tag, void* mhandle, uint64_t word,
+                                   void** request);
+ncclResult_t mendNetSocketTestWord(void* request, int* done, int* sizes, uint64_t* word);
 /* Start the helper threads of a connected comm. */
 ncclResult_t mendNetSocketStartThreads(struct mendSocketComm* comm);
 /* Stop and join them (bounded); returns 0 when a thread did not exit (its memory must be kept). */

@@ -161,7 +161,8 @@ static ncclResult_t ctrlSend(struct mendSocketComm* comm) {
     struct mendSocketReq* req = &comm->reqs[comm->fifo[comm->fifoHead]];
     size_t inl = req->size <= comm->inlineMax ? req->size : 0;
     if (comm->ctrlOff == 0)
-      comm->txHdr = (struct mendSocketMsgHdr){ .magic = MEND_SOCKET_MSG_MAGIC, .seq = req->seq, .size = req->size };
+      comm->txHdr = (struct mendSocketMsgHdr){ .magic = MEND_SOCKET_MSG_MAGIC, .seq = req->seq, .size = req->size,
+                                               .word = req->word };
     struct iovec iov[2];
     int niov = 0;
     if (comm->ctrlOff < hsz) iov[niov++] = (struct iovec){ (char*)&comm->txHdr + comm->ctrlOff, hsz - comm->ctrlOff };
@@ -251,6 +252,7 @@ static ncclResult_t headerArrived(struct mendSocketComm* comm, struct mendSocket
                              sizeof(cause)))
     return mendNetSocketFail(comm, ncclInternalError, cause);
   req->size = comm->rxHdr.size;
+  req->word = comm->rxHdr.word;
   if (req->size > comm->inlineMax) MENDCHECK(postTasks(comm, req));
   return ncclSuccess;
 }
@@ -312,7 +314,7 @@ static ncclResult_t progress(struct mendSocketComm* comm) {
 
 /* ---- requests ---- */
 
-static ncclResult_t postReq(struct mendSocketComm* comm, char* data, size_t size, void** request) {
+static ncclResult_t postReq(struct mendSocketComm* comm, char* data, size_t size, uint64_t word, void** request) {
   if (comm->fifoCount >= MEND_NET_MAX_REQUESTS) return ncclSuccess;
   int slot = -1;
   for (int i = 0; i < MEND_NET_MAX_REQUESTS && slot < 0; i++)
@@ -327,6 +329,7 @@ static ncclResult_t postReq(struct mendSocketComm* comm, char* data, size_t size
   req->posted = size;
   req->size = comm->isSend ? size : 0;
   req->ctrlDone = 0;
+  req->word = word;
   atomic_store(&req->partsLeft, 0);
   comm->fifo[(comm->fifoHead + comm->fifoCount) % MEND_NET_MAX_REQUESTS] = slot;
   comm->fifoCount++;
@@ -345,7 +348,8 @@ static ncclResult_t checkMr(void* mhandle, const char* op) {
   return ncclSuccess;
 }
 
-ncclResult_t mendNetSocketIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+ncclResult_t mendNetSocketIsendWord(void* sendComm, void* data, size_t size, int tag, void* mhandle, uint64_t word,
+                                   void** request) {
   struct mendSocketComm* comm = sendComm;
   MENDARGCHECK(request != NULL, ncclInvalidArgument, "NET/Socket: isend: request is NULL");
   *request = NULL;
@@ -357,7 +361,11 @@ ncclResult_t mendNetSocketIsend(void* sendComm, void* data, size_t size, int tag
   int err = atomic_load(&comm->error);
   if (err != ncclSuccess) return (ncclResult_t)err;
   if (mendFaultCheck("net.isend")) return mendNetSocketFail(comm, ncclSystemError, "injected fault at net.isend");
-  return postReq(comm, data, size, request);
+  return postReq(comm, data, size, word, request);
+}
+
+ncclResult_t mendNetSocketIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  return mendNetSocketIsendWord(sendComm, data, size, tag, mhandle, 0, request);
 }
 
 ncclResult_t mendNetSocketIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
@@ -374,10 +382,10 @@ ncclResult_t mendNetSocketIrecv(void* recvComm, int n, void** data, size_t* size
   int err = atomic_load(&comm->error);
   if (err != ncclSuccess) return (ncclResult_t)err;
   if (mendFaultCheck("net.irecv")) return mendNetSocketFail(comm, ncclSystemError, "injected fault at net.irecv");
-  return postReq(comm, data[0], sizes[0], request);
+  return postReq(comm, data[0], sizes[0], 0, request);
 }
 
-ncclResult_t mendNetSocketTest(void* request, int* done, int* sizes) {
+ncclResult_t mendNetSocketTestWord(void* request, int* done, int* sizes, uint64_t* word) {
   struct mendSocketReq* req = request;
   MENDARGCHECK(req != NULL && req->used && req->comm != NULL, ncclInvalidArgument,
                "NET/Socket: test: %p is not an outstanding request", request);
@@ -401,8 +409,13 @@ ncclResult_t mendNetSocketTest(void* request, int* done, int* sizes) {
   if (!req->ctrlDone || atomic_load_explicit(&req->partsLeft, memory_order_acquire) != 0) return ncclSuccess;
   *done = 1;
   if (sizes) sizes[0] = (int)req->size;
+  if (word) *word = req->isSend ? 0 : req->word;
   req->used = 0;
   return ncclSuccess;
+}
+
+ncclResult_t mendNetSocketTest(void* request, int* done, int* sizes) {
+  return mendNetSocketTestWord(request, done, sizes, NULL);
 }
 
 /* ---- helper threads ---- */

@@ -43,6 +43,7 @@ const size_t kCtrlBytes = 24;          // sizeof(struct rnetCtrl): an isend of t
 std::atomic<int> gMute[kMaxDevs];      // control messages are swallowed
 std::atomic<long> gSends[kMaxDevs];    // isends of data (any other size) per device
 std::atomic<int> gRailOnly{0};         // a connect to a listener on another device fails
+std::atomic<uint64_t> gWordAdd{0};     // added to every non-zero word sent (a peer that lies)
 std::mutex gListenMu;
 std::map<std::string, int> gListenDev; // listen handle -> its device (gRailOnly)
 
@@ -88,7 +89,7 @@ ncclResult_t wAccept(void* lc, void** rc) {
 }
 ncclResult_t wRegMr(void* c, void* d, size_t s, int t, void** mh) { return S->regMr(((WComm*)c)->inner, d, s, t, mh); }
 ncclResult_t wDeregMr(void* c, void* mh) { return S->deregMr(((WComm*)c)->inner, mh); }
-ncclResult_t wIsend(void* c, void* d, size_t s, int tag, void* mh, void** req) {
+ncclResult_t wIsendWord(void* c, void* d, size_t s, int tag, void* mh, uint64_t word, void** req) {
   WComm* w = (WComm*)c;
   *req = nullptr;
   if (gDead[w->dev]) return ncclSystemError;
@@ -99,13 +100,16 @@ ncclResult_t wIsend(void* c, void* d, size_t s, int tag, void* mh, void** req) {
     return ncclSuccess;
   }
   void* inner = nullptr;
-  ncclResult_t r = S->isend(w->inner, d, s, tag, mh, &inner);
+  ncclResult_t r = S->isendWord(w->inner, d, s, tag, mh, word ? word + gWordAdd : 0, &inner);
   if (r != ncclSuccess || !inner) return r;
   if (s != kCtrlBytes) gSends[w->dev]++;
   WReq* q = new WReq{w, inner, 0, s};
   w->reqs.insert(q);
   *req = q;
   return ncclSuccess;
+}
+ncclResult_t wIsend(void* c, void* d, size_t s, int tag, void* mh, void** req) {
+  return wIsendWord(c, d, s, tag, mh, 0, req);
 }
 ncclResult_t wIrecv(void* c, int n, void** d, size_t* s, int* t, void** mh, void** req) {
   WComm* w = (WComm*)c;
@@ -120,20 +124,22 @@ ncclResult_t wIrecv(void* c, int n, void** d, size_t* s, int* t, void** mh, void
   return ncclSuccess;
 }
 ncclResult_t wIflush(void*, int, void**, int*, void**, void** req) { *req = nullptr; return ncclSuccess; }
-ncclResult_t wTest(void* req, int* done, int* sizes) {
+ncclResult_t wTestWord(void* req, int* done, int* sizes, uint64_t* word) {
   WReq* q = (WReq*)req;
   *done = 0;
+  if (word) *word = 0;
   if (gDead[q->c->dev]) return ncclSystemError;
   if (q->fake) {
     *done = 1;
     if (sizes) *sizes = (int)q->size;
   } else {
-    ncclResult_t r = S->test(q->inner, done, sizes);
+    ncclResult_t r = S->testWord(q->inner, done, sizes, word);
     if (r != ncclSuccess) return r;
   }
   if (*done) { q->c->reqs.erase(q); delete q; }
   return ncclSuccess;
 }
+ncclResult_t wTest(void* req, int* done, int* sizes) { return wTestWord(req, done, sizes, nullptr); }
 void wFree(WComm* w) { for (WReq* q : w->reqs) delete q; delete w; }
 ncclResult_t wCloseSend(void* c) { ncclResult_t r = S->closeSend(((WComm*)c)->inner); wFree((WComm*)c); return r; }
 ncclResult_t wCloseRecv(void* c) { ncclResult_t r = S->closeRecv(((WComm*)c)->inner); wFree((WComm*)c); return r; }
@@ -143,7 +149,8 @@ ncclResult_t wFinalize(void* ctx) { return S->finalize(ctx); }
 const mendNet_t kTestNet = {
   .name = "TestMulti", .init = wInit, .devices = wDevices, .getProperties = wProps, .listen = wListen,
   .connect = wConnect, .accept = wAccept, .regMr = wRegMr, .deregMr = wDeregMr, .isend = wIsend,
-  .irecv = wIrecv, .iflush = wIflush, .test = wTest, .closeSend = wCloseSend, .closeRecv = wCloseRecv,
+  .irecv = wIrecv, .iflush = wIflush, .test = wTest, .isendWord = wIsendWord,
+  .testWord = wTestWord, .closeSend = wCloseSend, .closeRecv = wCloseRecv,
   .closeListen = wCloseListen, .finalize = wFinalize,
 };
 
@@ -159,6 +166,7 @@ class RnetTest : public ::testing::Test {
     mendNetSocketResetForTest();
     for (int d = 0; d < kMaxDevs; d++) gDead[d] = gMute[d] = 0, gSends[d] = 0;
     gRailOnly = 0;
+    gWordAdd = 0;
     gDevs = 3;
     mendRnetSetBase(&kTestNet);
     ASSERT_EQ(R->init(&ctx_, 7, mendDebugLog), ncclSuccess);

@@ -305,6 +305,158 @@ TEST_F(RnetHoldTest, LargeMessageIsAcknowledgedAtOnce) {
   Unregister();
 }
 
+// Acknowledgements riding with data: two ranks (contexts of their own), a connection each way, 8-byte
+// messages exchanged in lock step as a 2-rank AllReduce does.
+class RnetWordTest : public RnetHoldTest {
+ protected:
+  void SetUp() override {
+    RnetHoldTest::SetUp();
+    ASSERT_EQ(R->init(&ctxR_, 7, mendDebugLog), ncclSuccess);
+    ASSERT_EQ(mendRnetSetRankForTest(ctx_, 0), ncclSuccess);
+    ASSERT_EQ(mendRnetSetRankForTest(ctxR_, 1), ncclSuccess);
+    Delay(10 * 1000 * 1000);  // never by time: only batches and words
+  }
+  void TearDown() override {
+    if (bmh_) R->deregMr(sb_, bmh_);
+    if (amh_) R->deregMr(rb_, amh_);
+    if (sb_) R->closeSend(sb_);
+    if (rb_) R->closeRecv(rb_);
+    RnetHoldTest::TearDown();
+  }
+  // sc_ -> rc_ (rank 0 to rank 1) and sb_ -> rb_ (rank 1 to rank 0), with 8 slots each way.
+  void ConnectBoth() {
+    ASSERT_NO_FATAL_FAILURE(Connect());
+    char handle[MEND_NET_HANDLE_MAXSIZE] = {};
+    void* lc = nullptr;
+    ASSERT_EQ(R->listen(ctx_, 0, handle, &lc), ncclSuccess);
+    double t0 = nowMs();
+    while ((!sb_ || !rb_) && nowMs() - t0 < 10000) {
+      if (!sb_) { ASSERT_EQ(R->connect(ctxR_, 0, handle, &sb_), ncclSuccess); }
+      if (!rb_) { ASSERT_EQ(R->accept(lc, &rb_), ncclSuccess); }
+    }
+    ASSERT_TRUE(sb_ && rb_);
+    EXPECT_EQ(R->closeListen(lc), ncclSuccess);
+    ASSERT_NO_FATAL_FAILURE(Buffers());
+    bbuf_.assign(8 << 16, 0);
+    abuf_.assign(8 << 16, 0);
+    ASSERT_EQ(R->regMr(sb_, bbuf_.data(), bbuf_.size(), MEND_PTR_HOST, &bmh_), ncclSuccess);
+    ASSERT_EQ(R->regMr(rb_, abuf_.data(), abuf_.size(), MEND_PTR_HOST, &amh_), ncclSuccess);
+  }
+  void* Post(void* comm, bool send, char* buf, void* mh) {
+    void* q = nullptr;
+    if (send) {
+      EXPECT_EQ(R->isend(comm, buf, 8, 0, mh, &q), ncclSuccess);
+    } else {
+      void* d = buf;
+      size_t sz = 1 << 16;
+      int tag = 0;
+      EXPECT_EQ(R->irecv(comm, 1, &d, &sz, &tag, &mh, &q), ncclSuccess);
+    }
+    EXPECT_NE(q, nullptr);
+    return q;
+  }
+  // n rounds: both ranks post a receive and a send of round k's bytes and wait for both receives; a
+  // send slot is reused once its send completed (8 slots: the FIFO), as the executor does.
+  ncclResult_t Exchange(int n) {
+    std::vector<void*> sq[2];
+    size_t sDone[2] = {0, 0};
+    int size = 0;
+    auto reap = [&](int side, size_t upTo) -> ncclResult_t {
+      while (sDone[side] < upTo) {
+        int done = 0;
+        ncclResult_t r = R->test(sq[side][sDone[side]], &done, &size);
+        if (r != ncclSuccess || !done) return r;
+        sDone[side]++;
+      }
+      return ncclSuccess;
+    };
+    for (int k = 0; k < n; k++) {
+      int slot = k % 8;
+      double t0 = nowMs();
+      for (int side = 0; side < 2; side++) {  // the slot's last send must be done before it is rewritten
+        while (sDone[side] + 8 <= (size_t)k) {
+          if (nowMs() - t0 > 5000) return ncclInProgress;
+          ncclResult_t r = reap(side, (size_t)k - 7);
+          if (r != ncclSuccess) return r;
+          for (void* rq : extra_) { int d; R->test(rq, &d, &size); }
+        }
+      }
+      memset(sbuf_.data() + (slot << 16), k & 0xff, 8);
+      memset(bbuf_.data() + (slot << 16), ~k & 0xff, 8);
+      void* q[2] = {Post(rc_, false, rbuf_.data() + (slot << 16), rmh_), Post(rb_, false, abuf_.data() + (slot << 16), amh_)};
+      sq[0].push_back(Post(sc_, true, sbuf_.data() + (slot << 16), smh_));
+      sq[1].push_back(Post(sb_, true, bbuf_.data() + (slot << 16), bmh_));
+      int done[2] = {0, 0};
+      while (!(done[0] && done[1])) {
+        if (nowMs() - t0 > 5000) return ncclInProgress;
+        for (int i = 0; i < 2; i++) {
+          if (done[i]) continue;
+          ncclResult_t r = R->test(q[i], &done[i], &size);
+          if (r != ncclSuccess) return r;
+        }
+        for (int side = 0; side < 2; side++) {
+          ncclResult_t r = reap(side, sq[side].size());
+          if (r != ncclSuccess) return r;
+        }
+      }
+      if (rbuf_[slot << 16] != (char)(k & 0xff) || abuf_[slot << 16] != (char)(~k & 0xff)) return ncclInternalError;
+    }
+    return ncclSuccess;
+  }
+  void *sb_ = nullptr, *rb_ = nullptr, *bmh_ = nullptr, *amh_ = nullptr;
+  std::vector<char> bbuf_, abuf_;
+};
+
+TEST_F(RnetWordTest, WordsReplaceTheBatchesOfAnExchange) {
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
+  ASSERT_EQ(Exchange(200), ncclSuccess);
+  // Each message's acknowledgement rode on the next message the other way: no batch of 6 was owed.
+  EXPECT_GT(Stats(sc_).wordAcks, 150u);
+  EXPECT_GT(Stats(sb_).wordAcks, 150u);
+  EXPECT_LE(Stats(rc_).ctrlSent, 3u);
+  EXPECT_LE(Stats(rb_).ctrlSent, 3u);
+}
+
+TEST_F(RnetWordTest, WithoutWordsEveryBatchIsAControlMessage) {
+  setenv("MEND_ACK_WORDS", "0", 1);  // read when the connections are made
+  mendParamResetCache();
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
+  ASSERT_EQ(Exchange(200), ncclSuccess);
+  EXPECT_EQ(Stats(sc_).wordAcks, 0u);
+  EXPECT_GE(Stats(rc_).ctrlSent, 25u);  // one per batch of 6-7
+  EXPECT_GE(Stats(rb_).ctrlSent, 25u);
+  unsetenv("MEND_ACK_WORDS");
+  mendParamResetCache();
+}
+
+// A word counts as given only once the peer has read the message carrying it: rank 1 answers each of
+// rank 0's messages with one carrying a word, rank 0 never reads them, and rank 1's batch of 6 still
+// goes out when it waits (counted when sent, the words would have held it back for 10 s).
+TEST_F(RnetWordTest, APeerThatDoesNotReadStillGetsItsBatch) {
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
+  void* s[6];
+  for (int k = 0; k < 6; k++) {
+    s[k] = Post(sc_, true, sbuf_.data() + (k << 16), smh_);
+    ASSERT_TRUE(Poll(Post(rc_, false, rbuf_.data() + (k << 16), rmh_), 5000)) << "message " << k << " not received";
+    extra_.push_back(Post(sb_, true, bbuf_.data() + (k << 16), bmh_));  // never read by rank 0
+  }
+  void* wait = Post(rc_, false, rbuf_.data() + (6 << 16), rmh_);
+  EXPECT_FALSE(Poll(wait, 1));  // rank 1 waits (if the last test after placing did not): the batch goes out
+  for (int k = 0; k < 6; k++) EXPECT_TRUE(Poll(s[k], 5000)) << "message " << k << " never acknowledged";
+  EXPECT_GE(Stats(rc_).ctrlSent, 1u);
+  EXPECT_EQ(Stats(sc_).wordAcks, 0u);
+  extra_.push_back(wait);
+}
+
+// Nothing read from the network is trusted: a word that acknowledges more than was sent fails the
+// connection with a WARN, never completes a send that was not placed.
+TEST_F(RnetWordTest, AWordBeyondWhatWasSentIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
+  ASSERT_EQ(Exchange(3), ncclSuccess);
+  gWordAdd = 1000;
+  EXPECT_EQ(Exchange(5), ncclRemoteError);
+}
+
 TEST_F(RnetHoldTest, ReplayDeliversExactlyOnceWithHeldAcks) {
   Delay(50 * 1000);
   Connect();
