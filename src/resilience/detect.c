@@ -164,8 +164,12 @@ void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done, uint32_t del
   d->lastMissMs = 0;
 }
 
-void mendRnetDetectProgress(struct rnetComm* rc) {
+void mendRnetDetectWord(struct rnetComm* rc, int p, int64_t waitUs) {
   struct mendDetect* d = &rc->det;
+  if (p < 0 || p >= MEND_RNET_MAX_SLOTS) return;
+  if (p == d->ackPath) mendRttSample(&d->rtt[p], waitUs, 0);
+  d->ackPath = p;
+  d->lastAckUs = nowUs();
   d->backoff = 0;
   d->peerSilent = 0;
   d->lastMissMs = 0;

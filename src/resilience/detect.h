@@ -112,8 +112,10 @@ struct mendDetect {
 };
 /* Sender: an acknowledgement on path p advanced the done count to `done` (before rc->nDone moves). */
 void mendRnetDetectAcked(struct rnetComm* rc, int p, uint64_t done, uint32_t delayUs);
-/* Sender: progress without a round-trip sample (an acknowledgement that rode with the peer's data). */
-void mendRnetDetectProgress(struct rnetComm* rc);
+/* Sender: an acknowledgement that rode with the peer's data (a word) on path p's watch: `waitUs` since
+ * the newest message it covers was posted.  That includes the peer's wait for its next message our
+ * way, so it is never below the path's round trip: a sample (without bytes: no rate). */
+void mendRnetDetectWord(struct rnetComm* rc, int p, int64_t waitUs);
 
 /* Short name of a cause ("link", "probe", ...), as events print it. */
 const char* mendRnetKillName(int why);

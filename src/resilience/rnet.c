@@ -274,8 +274,10 @@ static void ackedTo(struct rnetComm* rc, uint64_t done) {
   pthread_mutex_unlock(&rc->ctx->lock);
 }
 
-/* Sender: take what the peer's words acknowledged.  Progress, as a control acknowledgement is, but
- * no round-trip sample: a word waits for data going our way. */
+/* Sender: take what the peer's words acknowledged: progress, and a round-trip sample taken from the
+ * newest message covered (a word waits for data going our way: never below the round trip).
+ * Without samples the path's suspicion stays at MEND_PROGRESS_TIMEOUT, and a small-message exchange
+ * whose words replace every control message would have none. */
 static ncclResult_t takeWords(struct rnetComm* rc) {
   uint64_t w = atomic_load_explicit(&rc->wordAck, memory_order_acquire);
   if (w <= rc->nDone) return ncclSuccess;
@@ -285,8 +287,9 @@ static ncclResult_t takeWords(struct rnetComm* rc) {
     return ncclRemoteError;
   }
   rc->wordAcks += w - rc->nDone;
+  int64_t postUs = rc->reqs[(w - 1) % RNET_WINDOW].postUs;
+  mendRnetDetectWord(rc, rc->active, (int64_t)(mendTimeNs() / 1000) - postUs);
   ackedTo(rc, w);
-  mendRnetDetectProgress(rc);
   rc->lastProgressMs = mendTimeMs();
   return ncclSuccess;
 }
