@@ -196,16 +196,18 @@ class RnetTest : public ::testing::Test {
   }
 
   // The receiver listens in ctxR_ (ctx_ unless a test gives the ends contexts of their own).
-  void Connect(int dev = 0) {
+  void Connect(int dev = 0) { ConnectIn(ctxR_, ctx_, &sc_, &rc_, dev); }
+  // A connection from a sender in sendCtx to a receiver listening in recvCtx.
+  void ConnectIn(void* recvCtx, void* sendCtx, void** sc, void** rc, int dev = 0) {
     char handle[MEND_NET_HANDLE_MAXSIZE] = {};
     void* lc = nullptr;
-    ASSERT_EQ(R->listen(ctxR_, dev, handle, &lc), ncclSuccess);
+    ASSERT_EQ(R->listen(recvCtx, dev, handle, &lc), ncclSuccess);
     double t0 = nowMs();
-    while ((!sc_ || !rc_) && nowMs() - t0 < 10000) {
-      if (!sc_) { ASSERT_EQ(R->connect(ctx_, dev, handle, &sc_), ncclSuccess); }
-      if (!rc_) { ASSERT_EQ(R->accept(lc, &rc_), ncclSuccess); }
+    while ((!*sc || !*rc) && nowMs() - t0 < 10000) {
+      if (!*sc) { ASSERT_EQ(R->connect(sendCtx, dev, handle, sc), ncclSuccess); }
+      if (!*rc) { ASSERT_EQ(R->accept(lc, rc), ncclSuccess); }
     }
-    ASSERT_TRUE(sc_ && rc_) << "handshake did not complete in 10 s";
+    ASSERT_TRUE(*sc && *rc) << "handshake did not complete in 10 s";
     EXPECT_EQ(R->closeListen(lc), ncclSuccess);
   }
 

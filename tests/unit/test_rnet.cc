@@ -326,16 +326,7 @@ class RnetWordTest : public RnetHoldTest {
   // sc_ -> rc_ (rank 0 to rank 1) and sb_ -> rb_ (rank 1 to rank 0), with 8 slots each way.
   void ConnectBoth() {
     ASSERT_NO_FATAL_FAILURE(Connect());
-    char handle[MEND_NET_HANDLE_MAXSIZE] = {};
-    void* lc = nullptr;
-    ASSERT_EQ(R->listen(ctx_, 0, handle, &lc), ncclSuccess);
-    double t0 = nowMs();
-    while ((!sb_ || !rb_) && nowMs() - t0 < 10000) {
-      if (!sb_) { ASSERT_EQ(R->connect(ctxR_, 0, handle, &sb_), ncclSuccess); }
-      if (!rb_) { ASSERT_EQ(R->accept(lc, &rb_), ncclSuccess); }
-    }
-    ASSERT_TRUE(sb_ && rb_);
-    EXPECT_EQ(R->closeListen(lc), ncclSuccess);
+    ASSERT_NO_FATAL_FAILURE(ConnectIn(ctx_, ctxR_, &sb_, &rb_));
     ASSERT_NO_FATAL_FAILURE(Buffers());
     bbuf_.assign(8 << 16, 0);
     abuf_.assign(8 << 16, 0);
