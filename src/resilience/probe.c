@@ -337,7 +337,7 @@ static void scanConns(struct mendResil* r, int64_t now, int64_t delay) {
   if (!r->ctx) return;
   pthread_mutex_lock(&r->ctx->lock);
   for (struct rnetComm* rc = r->ctx->comms; rc; rc = rc->next) {
-    if (!rc->isSend || atomic_load(&rc->stage) != RNET_STAGE_READY || rc->error != ncclSuccess) continue;
+    if (!rc->isSend || atomic_load(&rc->stage) != RNET_STAGE_READY || atomic_load(&rc->lost)) continue;
     for (int p = 0; p < rc->nPaths; p++) {
       struct rnetPath* path = rc->paths + p;
       /* A relay path is made again only when needed (rnet_cross.c): no fail-back watch. */

@@ -216,7 +216,8 @@ static uint64_t wordFor(struct rnetComm* rc, uint64_t* conn, uint64_t* count) {
   struct rnetCtx* ctx = rc->ctx;
   pthread_mutex_lock(&ctx->lock);
   for (struct rnetComm* q = ctx->comms; q; q = q->next) {
-    if (q->isSend || !q->words || q->peerRank != rc->peerRank || atomic_load(&q->stage) != RNET_STAGE_READY) continue;
+    /* The stage first: a comm in its handshake is listed and writes its peer's rank then. */
+    if (q->isSend || atomic_load(&q->stage) != RNET_STAGE_READY || !q->words || q->peerRank != rc->peerRank) continue;
     uint64_t placed = atomic_load_explicit(&q->placedPub, memory_order_acquire);
     uint64_t seen = atomic_load_explicit(&q->wordSeen, memory_order_relaxed);
     if (placed <= seen || placed > RNET_WORD_COUNT || placed - seen <= most) continue;

@@ -50,6 +50,7 @@ static void abandon(struct rnetComm* rc, int p) {
 ncclResult_t mendRnetLost(struct rnetComm* rc, const char* detail) {
   rc->active = -1;
   rc->error = ncclRemoteError;
+  atomic_store_explicit(&rc->lost, 1, memory_order_release);
   if (!rc->sawFailure) {
     /* Every path was closed by the peer: it closed the connection (destroy, exit).  An operation
      * that still needs it fails; no fault to report. */

@@ -232,6 +232,7 @@ struct rnetComm {
   int lastKilled;                                 /* sender: the path whose fence we await a RESUME for */
   uint16_t epoch;                                 /* receiver: switches made; sender: newest RESUME taken */
   ncclResult_t error;                             /* set when no path is left: every call fails */
+  _Atomic int lost;                               /* error is set: for readers without our lock (the service) */
   int crossPath;                                  /* last-resort slot: crossing or relay path (rnet_cross.c); -1: none */
   int crossNone;                                  /* receiver: the sender said it has nothing left to try */
   int64_t crossUntilMs;                           /* no path, a last resort being built: fail after this (0: none) */
