@@ -14,7 +14,7 @@ FILTER=${MEND_TEST_FILTER:-.}
 TIMEOUT=${MEND_TEST_TIMEOUT:-600}
 LOGDIR="$BUILDDIR/test-logs"
 mkdir -p "$LOGDIR"
-pass=0; fail=0; skip=0; note=""; failed_names=()
+pass=0; fail=0; skip=0; note=""; failed_names=(); failed_excerpts=()
 
 # Every run must use Mend's library, never NVIDIA's from the CUDA toolkit.
 lib="$BUILDDIR/lib/libnccl.so.2"
@@ -55,7 +55,11 @@ run_gtest() {
       failed_names+=("$name (exit $rc after its tests: $(grep -m1 -E '^SUMMARY|ERROR: [A-Za-z]+Sanitizer' "$LOGDIR/$name.log"))")
     fi
   else
+    # No report: a sanitizer halted the suite (halt_on_error).  Keep its report's head for the end
+    # of the run, where CI's excerpt of the output shows it.
     fail=$((fail + 1)); failed_names+=("$name (exit $rc, no report)")
+    grep -m1 -A40 -E 'WARNING: [A-Za-z]+Sanitizer|ERROR: [A-Za-z]+Sanitizer' "$LOGDIR/$name.log" \
+      > "$LOGDIR/$name.excerpt" && failed_excerpts+=("$LOGDIR/$name.excerpt")
   fi
   printf '%-40s rc=%-3d %4ds\n' "$name" "$rc" $((SECONDS - start))
 }
@@ -95,6 +99,7 @@ if [ "${MEND_CI_SANITIZERS:-1}" != 0 ]; then
     --gtest_filter="${MEND_TSAN_FILTER:-Rnet*:NetSocket*:Engine*:*NetDirect*:Relay*:-EngineR2.*:EngineCollectives.*:EngineAllReduce.*:RelayTest.BridgeClosesALinkNobodyAccepts}"
 fi
 
+for e in "${failed_excerpts[@]}"; do echo "--- $(basename "$e" .excerpt): the sanitizer's report"; cat "$e"; done
 for n in "${failed_names[@]}"; do echo "FAILED: $n"; done
 [ "$skip" -gt 0 ] && echo "tests: $pass passed, $fail failed, $skip skipped" || echo "tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
