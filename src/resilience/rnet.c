@@ -519,9 +519,9 @@ static ncclResult_t sendCtrl(struct rnetComm* rc, int p, int placed, int force) 
   return ncclSuccess;
 }
 
-static ncclResult_t recvPath(struct rnetComm* rc, int p) {
+/* Receiver: hand the posted receives to the base on path p. */
+static ncclResult_t issueRecvs(struct rnetComm* rc, int p) {
   struct rnetPath* path = rc->paths + p;
-  uint64_t doneBefore = rc->nDone;
   while (rc->nIssued < rc->nPosted) {
     struct rnetReq* r = rc->reqs + rc->nIssued % RNET_WINDOW;
     void* data = r->data;
@@ -535,26 +535,44 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
     r->basePath = p;
     rc->nIssued++;
   }
-  while (rc->nDone < rc->nIssued) {
-    struct rnetReq* r = rc->reqs + rc->nDone % RNET_WINDOW;
-    int done = 0, size = 0;
-    uint64_t word = 0;
-    if (rc->words)
-      MENDCHECK(rc->base->testWord(r->base, &done, &size, &word));
-    else
-      MENDCHECK(rc->base->test(r->base, &done, &size));
-    if (!done) break;
-    r->base = NULL;
-    r->got = size;
-    uint64_t now = mendTimeNs();
-    if (rc->nDone == ackedBy(rc)) rc->ackHeldNs = now;
-    r->placedNs = now;
-    rc->lastPlacedNs = now;
-    rc->owedBytes += (uint64_t)size;
-    rc->nDone++;
-    path->msgs++;
-    if (word) wordArrived(rc, word);
-  }
+  return ncclSuccess;
+}
+
+/* Receiver: place the oldest issued message if it arrived; 1 when it did. */
+static ncclResult_t placeOldest(struct rnetComm* rc, int p, int* placed) {
+  struct rnetReq* r = rc->reqs + rc->nDone % RNET_WINDOW;
+  int done = 0, size = 0;
+  uint64_t word = 0;
+  *placed = 0;
+  if (rc->words)
+    MENDCHECK(rc->base->testWord(r->base, &done, &size, &word));
+  else
+    MENDCHECK(rc->base->test(r->base, &done, &size));
+  if (!done) return ncclSuccess;
+  r->base = NULL;
+  r->got = size;
+  uint64_t now = mendTimeNs();
+  if (rc->nDone == ackedBy(rc)) rc->ackHeldNs = now;
+  r->placedNs = now;
+  rc->lastPlacedNs = now;
+  rc->owedBytes += (uint64_t)size;
+  rc->nDone++;
+  rc->paths[p].msgs++;
+  if (word) wordArrived(rc, word);
+  *placed = 1;
+  return ncclSuccess;
+}
+
+/* Receiver: issue, then place what arrived, in order, up to the request the caller tests
+ * (placeTo).  Each base test of a message not yet here is a look at the socket (a system call),
+ * and callers test oldest first: looking past the tested request, for a message the caller's next
+ * test looks for anyway, made every small message cost a look more than the plain path, on the
+ * critical path (from its arrival to the next send; benchmarks/RESULTS.md, "Where the rest goes"). */
+static ncclResult_t recvPath(struct rnetComm* rc, int p) {
+  uint64_t doneBefore = rc->nDone;
+  MENDCHECK(issueRecvs(rc, p));
+  int placed = 1;
+  while (placed && rc->nDone < rc->nIssued && rc->nDone < rc->placeTo) MENDCHECK(placeOldest(rc, p, &placed));
   if (rc->words) atomic_store_explicit(&rc->placedPub, rc->nDone, memory_order_release);
   return sendCtrl(rc, p, rc->nDone != doneBefore, 0);
 }
@@ -613,7 +631,11 @@ static ncclResult_t postMessage(struct rnetComm* rc, void* data, size_t size, st
     /* A sender's clock starts with its first unacknowledged message. */
     if (rc->isSend && rc->nPosted - rc->nDone == 1) rc->lastProgressMs = mendTimeMs();
     *request = r;
-    res = mendRnetProgress(rc);
+    /* A receive on a quiet connection is only handed to the base (which looks at its socket once):
+     * a whole pass would look again for the oldest message, which the caller's next test does. */
+    int quiet = !rc->isSend && rc->active >= 0 && mendRnetPathLive(rc, rc->active) &&
+                atomic_load_explicit(&rc->inboxCount, memory_order_acquire) == 0 && atomic_load(&rc->rebuilding) == 0;
+    res = quiet && issueRecvs(rc, rc->active) == ncclSuccess ? ncclSuccess : mendRnetProgress(rc);
   }
   pthread_mutex_unlock(&rc->lock);
   return res;
@@ -646,7 +668,9 @@ static ncclResult_t rnetTest(void* request, int* done, int* sizes) {
   struct rnetComm* rc = r->comm;
   *done = 0;
   pthread_mutex_lock(&rc->lock);
+  if (!rc->isSend) rc->placeTo = r->seq + 1;
   ncclResult_t res = mendRnetProgress(rc);
+  rc->placeTo = UINT64_MAX;
   if (res == ncclSuccess && r->seq < rc->nDone) {
     *done = 1;
     if (sizes) sizes[0] = rc->isSend ? (int)r->size : r->got;

@@ -123,6 +123,7 @@ static ncclResult_t newComm(struct rnetCtx* ctx, int isSend, int primary, struct
   rc->base = ctx->base;
   rc->peerRank = -1;
   rc->active = 0;
+  rc->placeTo = UINT64_MAX;
   rc->lastKilled = -1;
   rc->crossPath = -1;
   rc->via.how = RNET_VIA_RAILS;

@@ -148,8 +148,8 @@ struct rnetNoticeItem {
 
 struct rnetPath {
   _Atomic int state;                      /* enum rnetPathState (read by the service thread) */
-  int localDev;                           /* our base device */
-  int remoteDev;                          /* the peer's base device */
+  _Atomic int localDev;                   /* our base device (read by the service thread) */
+  _Atomic int remoteDev;                  /* the peer's base device (read by the service thread) */
   void* data;                             /* base sendComm (sender) or recvComm (receiver) of messages */
   void* ctrl;                             /* base recvComm (sender) or sendComm (receiver) of control */
   char handle[MEND_NET_HANDLE_MAXSIZE];   /* base handle our connect uses (the base keeps state in it) */
@@ -251,6 +251,7 @@ struct rnetComm {
   uint64_t nDone;                                 /* sender: acknowledged; receiver: placed */
   uint64_t nIssued;                               /* messages handed to the base on the active path */
   uint64_t nBaseDone;                             /* sender: base isends completed (in order) */
+  uint64_t placeTo;                               /* receiver: a pass places messages below this (the one tested) */
   struct rnetReq reqs[RNET_WINDOW];               /* message seq lives at reqs[seq % RNET_WINDOW] */
   void* ctrlReq[RNET_NCTRL];                      /* control requests in flight (ring) */
   uint64_t ctrlPosted, ctrlDone;                  /* ring counters */

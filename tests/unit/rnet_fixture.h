@@ -44,13 +44,14 @@ std::atomic<int> gMute[kMaxDevs];      // control messages are swallowed
 std::atomic<long> gSends[kMaxDevs];    // isends of data (any other size) per device
 std::atomic<int> gRailOnly{0};         // a connect to a listener on another device fails
 std::atomic<uint64_t> gWordAdd{0};     // added to every non-zero word sent (a peer that lies)
+std::atomic<long> gEmptyLooks{0};     // tests of posted data receives that found nothing (a syscall each)
 std::mutex gListenMu;
 std::map<std::string, int> gListenDev; // listen handle -> its device (gRailOnly)
 
 std::string HandleKey(const void* handle) { return std::string((const char*)handle, MEND_NET_HANDLE_MAXSIZE); }
 
 struct WComm { int dev; void* inner; std::set<struct WReq*> reqs; };
-struct WReq { WComm* c; void* inner; int fake; size_t size; };
+struct WReq { WComm* c; void* inner; int fake; size_t size; int recv = 0; };
 
 ncclResult_t wInit(void** ctx, uint64_t id, mendDebugLogger_t l) { return S->init(ctx, id, l); }
 ncclResult_t wDevices(int* n) { *n = gDevs; return ncclSuccess; }
@@ -118,7 +119,7 @@ ncclResult_t wIrecv(void* c, int n, void** d, size_t* s, int* t, void** mh, void
   void* inner = nullptr;
   ncclResult_t r = S->irecv(w->inner, n, d, s, t, mh, &inner);
   if (r != ncclSuccess || !inner) return r;
-  WReq* q = new WReq{w, inner, 0, 0};
+  WReq* q = new WReq{w, inner, 0, 0, 1};
   w->reqs.insert(q);
   *req = q;
   return ncclSuccess;
@@ -135,6 +136,7 @@ ncclResult_t wTestWord(void* req, int* done, int* sizes, uint64_t* word) {
   } else {
     ncclResult_t r = S->testWord(q->inner, done, sizes, word);
     if (r != ncclSuccess) return r;
+    if (q->recv && !*done && q->c->dev == 0) gEmptyLooks++;
   }
   if (*done) { q->c->reqs.erase(q); delete q; }
   return ncclSuccess;
@@ -165,6 +167,7 @@ class RnetTest : public ::testing::Test {
     mendParamResetCache();
     mendNetSocketResetForTest();
     for (int d = 0; d < kMaxDevs; d++) gDead[d] = gMute[d] = 0, gSends[d] = 0;
+    gEmptyLooks = 0;
     gRailOnly = 0;
     gWordAdd = 0;
     gDevs = 3;

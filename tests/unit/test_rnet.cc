@@ -231,6 +231,36 @@ TEST_F(RnetHoldTest, SeventhGoesOutAtOnce) {
   Unregister();
 }
 
+// Every base test of a receive whose message has not come is a look at the socket (a system call):
+// the resilient layer makes no more of them than its caller asks for (the plain path's count).
+TEST_F(RnetHoldTest, ReceiverLooksNoFurtherThanTheTestedRequest) {
+  Delay(10 * 1000 * 1000);
+  Connect();
+  ASSERT_NO_FATAL_FAILURE(Buffers());
+  long before = gEmptyLooks;
+  void* r0 = Recv(0);
+  void* r1 = Recv(1);
+  EXPECT_EQ(gEmptyLooks - before, 0) << "posting a receive on a quiet connection tested the base";
+  void* s0 = Send(0, 8);
+  usleep(100 * 1000);  // it waits in the receiver's socket
+  int done = 0, size = 0;
+  before = gEmptyLooks;
+  ASSERT_EQ(R->test(r0, &done, &size), ncclSuccess);
+  ASSERT_EQ(done, 1) << "the message did not arrive in 100 ms";
+  EXPECT_EQ(gEmptyLooks - before, 0) << "the call that placed it looked for the next one";
+  before = gEmptyLooks;
+  ASSERT_EQ(R->test(r1, &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 0);
+  EXPECT_EQ(gEmptyLooks - before, 1) << "the caller's own test looks once";
+  void* s1 = Send(1, 8);
+  ASSERT_TRUE(Poll(r1, 5000));
+  EXPECT_EQ(rbuf_[0], 5);
+  EXPECT_EQ(rbuf_[1 << 16], 5);
+  extra_.push_back(s0);
+  extra_.push_back(s1);
+  Unregister();
+}
+
 TEST_F(RnetHoldTest, HeldPastTheDelayGoesOutAtTheNextLook) {
   Delay(100 * 1000);
   Connect();
