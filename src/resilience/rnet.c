@@ -538,7 +538,7 @@ static ncclResult_t issueRecvs(struct rnetComm* rc, int p) {
   return ncclSuccess;
 }
 
-/* Receiver: place the oldest issued message if it arrived; 1 when it did. */
+/* Receiver: place the oldest issued message if it arrived (*placed: 1 when it did). */
 static ncclResult_t placeOldest(struct rnetComm* rc, int p, int* placed) {
   struct rnetReq* r = rc->reqs + rc->nDone % RNET_WINDOW;
   int done = 0, size = 0;
