@@ -178,6 +178,21 @@ def hit_iteration(its, fault_t, fault_end, detect_t):
     return next((it for it in its if it.end > fault_t), None)
 
 
+def hit_bound(hit, healthy_ms, model, fault_t, fault_end):
+    """The shortest the hit iteration can be, as a multiple of a healthy one, and the share of an
+    iteration it had done before the fault: that share at the healthy rate, the rest at the
+    surviving capacity (the model's bound after over before), with no time at all for detection.
+    The fault takes effect within its command: taking its end makes the share done the largest
+    possible, so the bound is one for any moment of it.  (None, None) without a model or where the
+    fault leaves the capacity as it was."""
+    before, after = model
+    if not healthy_ms or not before or not after or after >= before:
+        return None, None
+    t = fault_end if fault_end is not None else fault_t
+    done = min(1.0, max(0.0, (t - hit.start) * 1e3 / healthy_ms))
+    return done + (1.0 - done) * before / after, done
+
+
 def summarize(its, events, fault_t, algbytes, factor, model=(None, None), fault_end=None):
     """The numbers of the summary, as a dict (None where they do not apply)."""
     s = {"iterations": len(its), "wrong": sum(it.wrong for it in its), "events": len(events), "fault_t": fault_t}
@@ -186,7 +201,7 @@ def summarize(its, events, fault_t, algbytes, factor, model=(None, None), fault_
     s["before_n"] = len(before)
     s["before_ms"] = median([it.seconds * 1e3 for it in before])
     s["before_bw"] = median([bw[it.index] for it in before])
-    s.update(hit=None, extra_ms=None, detect=None, detect_s=None, recovery_s=None, missing=[],
+    s.update(hit=None, extra_ms=None, hit_bound=None, hit_done=None, detect=None, detect_s=None, recovery_s=None, missing=[],
              conns=0, after_n=0, after_bw=None, kept=None, kept_model=None)
     s["model_before"], s["model_after"] = model
     if fault_t is None:
@@ -199,6 +214,7 @@ def summarize(its, events, fault_t, algbytes, factor, model=(None, None), fault_
         s["hit"] = hit
         if s["before_ms"] is not None:
             s["extra_ms"] = hit.seconds * 1e3 - s["before_ms"]
+        s["hit_bound"], s["hit_done"] = hit_bound(hit, s["before_ms"], model, fault_t, fault_end)
     s["missing"], s["conns"] = missing, nconn
     if first:
         s["detect"], s["detect_s"] = first, first["t"] - fault_t
@@ -327,6 +343,10 @@ def summary_lines(s, fault, off=None):
             ratio = hit.seconds * 1e3 / s["before_ms"] if s["before_ms"] else None
             out.append("# hit / healthy  : %s (the hit iteration ran from %+.1f to %+.1f ms of the fault command)"
                        % (fmt(ratio, "%.2f"), (hit.start - s["fault_t"]) * 1e3, (hit.end - s["fault_t"]) * 1e3))
+            if s.get("hit_bound") and ratio is not None:
+                out.append("# hit bound      : %.2f x healthy (%.2f of an iteration done before the fault, the rest "
+                           "at the surviving capacity, no time to detect); hit / bound %.2f"
+                           % (s["hit_bound"], s["hit_done"], ratio / s["hit_bound"]))
         out.append("# bandwidth kept : %s of before (median busbw %s / %s GB/s, %d / %d iterations)"
                    % (fmt(s["kept"], "%.3f"), fmt(s["after_bw"], "%.4f"), fmt(s["before_bw"], "%.4f"),
                       s["after_n"], s["before_n"]))
@@ -606,6 +626,16 @@ def selftest():
     check(abs(s["model_after"] - model_after) < 1e-9 and abs(s["kept_model"] - (4194304 / 0.2 / 1e9) / model_after) < 1e-6,
           "model: surviving rails x rate x 1448/1514")
     check(s["wrong"] == 3, "#wrong over all iterations")
+    # Iteration 10 began 50 ms (half a healthy iteration) before the fault; one rail of two is left.
+    check(abs(s["hit_done"] - 0.5) < 1e-6 and abs(s["hit_bound"] - 1.5) < 1e-6 and
+          "hit bound      : 1.50 x healthy (0.50 of an iteration" in "\n".join(summary_lines(s, {"kind": "link_down"}))
+          and "hit / bound 3.33" in "\n".join(summary_lines(s, {"kind": "link_down"})),
+          "hit bound: the share done at the healthy rate, the rest at the surviving capacity")
+    late = summarize(its, events, fault_t, algbytes, factor, model_busbw(2, 1e9, {"kind": "link_down", "rail": 0}),
+                     fault_end=fault_t + 0.5)
+    check(late["hit_done"] == 1.0 and abs(late["hit_bound"] - 1.0) < 1e-9 and
+          summarize(its, events, fault_t, algbytes, factor, model_busbw(2, 1e9, None))["hit_bound"] is None,
+          "hit bound: the command's end counts, clamped; none where the capacity is unchanged")
     text = "\n".join(summary_lines(s, {"kind": "link_down"}))
     check("detection time : 12.0 ms from" in text and "recovery time  : 68.0 ms" in text, "summary lines")
     quiet = summarize(its, [], fault_t, algbytes, factor)
