@@ -49,9 +49,11 @@ void mendTreeDoubleBinary(int nRanks, int pos, int which, int* up, int down[2]);
  * connectors and steps fit a program (n <= 16). */
 int mendRdSupported(int nRanks);
 ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgram** prog);
-/* Recursive doubling AllGather (gen_rd.c): log2(n) rounds, round k exchanging 2^k blocks with the
- * position q ^ 2^k; powers of two whose connectors (2 a round) and last round (n/2 slots on one
- * connector, and the op's signature) fit: mendRdAllGatherSupported (2, 4, 8). */
+/* Recursive doubling AllGather (gen_rd.c): ceil(log2 n) rounds; with n a power of two round k
+ * exchanges 2^k blocks with the position q ^ 2^k, otherwise (Bruck's order) the round of distance d
+ * sends min(d, n - d) blocks to q - d and takes as many from q + d.  Where its connectors (2 a round)
+ * and largest round (slots on one connector, and the op's signature) fit: mendRdAllGatherSupported
+ * (2-15 ranks). */
 int mendRdAllGatherSupported(int nRanks);
 ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgram** prog);
 /* ReduceScatter in one hop, for small counts (MEND_ALGO_RD's slot for it; gen_rd.c): every position

@@ -78,38 +78,68 @@ ncclResult_t mendGenRdAllReduce(int n, const int* ranks, int q, struct mendProgr
   return ncclSuccess;
 }
 
-/* AllGather (blocked: segment = position, block = ranks[position]).  Before the round of `bit`,
- * position q holds the blocks of its group of `bit` positions (q with its low bits cleared); it sends
- * them to q ^ bit and receives that position's group, so the group doubles.  Round 0 copies the
- * own block from the send buffer as it sends it.  A round's sends all go before its receives: both
- * partners send first, so a round may post up to n/2 slots on one connector (its FIFO holds
- * MEND_FIFO_SLOTS): 2, 4 and 8 ranks. */
-int mendRdAllGatherSupported(int nRanks) {
+/* AllGather (blocked: segment = position, block = ranks[position]).
+ *
+ * n a power of two (recursive doubling): before the round of `bit`, position q holds the blocks of
+ * its group of `bit` positions (q with its low bits cleared); it sends them to q ^ bit and receives
+ * that position's group, so the group doubles.
+ *
+ * Any other n (Bruck's dissemination order, ceil(log2 n) rounds): before the round of distance d,
+ * position q holds the d blocks q, q+1, ..., q+d-1 (mod n); it sends the first min(d, n - d) of them
+ * to q - d and receives as many from q + d, which are the blocks q+d, ... (mod n) it lacks.  The
+ * blocks land in place in the output (a run that passes position n - 1 wraps, as a step's segments
+ * do), so no rotation is needed at the end.  Partners differ per round and per direction: 2 rounds
+ * of connectors each.
+ *
+ * Round 0 copies the own block from the send buffer as it sends it.  A round's sends all go before
+ * its receives: every position sends first, so a round may post up to n/2 slots on one connector
+ * (its FIFO holds MEND_FIFO_SLOTS), and an op's first slot on a connector may take one more (its
+ * signature alone, when the data fills the slot): they must fit, or the partners wait for room
+ * (16 ranks, 1009 bytes a block, hung).  So 2-15 ranks. */
+static int agRounds(int nRanks) {
   int rounds = 0;
   for (int p = 1; p < nRanks; p <<= 1) rounds++;
-  /* The last round posts n/2 slots on one connector before it receives, and an op's first slot on a
-   * connector may take one more (its signature alone, when the data fills the slot): they must fit
-   * the FIFO, or both partners wait for room (16 ranks, 1009 bytes a block, hung). */
-  return nRanks >= 2 && (nRanks & (nRanks - 1)) == 0 && 2 * rounds <= MEND_PROG_MAX_PEERS &&
-         2 * rounds <= MEND_PROG_MAX_STEPS && nRanks / 2 + 1 <= MEND_FIFO_SLOTS;
+  return rounds;
 }
 
-ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgram** prog) {
-  if (n == 1) return mendGenCopy(0, prog);
-  if (!mendRdAllGatherSupported(n)) {
-    WARN("Recursive doubling AllGather: %d ranks (a power of two whose last round fits a FIFO only)", n);
-    return ncclInternalError;
-  }
-  struct mendProgram* p;
-  MENDCHECK(mendProgAlloc(MEND_ALGO_RD, (uint32_t)n, &p));
-  for (int i = 0; i < n; i++) p->segMap[i] = ranks[i];
-  mendProgAddPhase(p, MEND_LAYOUT_BLOCKED, (uint32_t)n);
+int mendRdAllGatherSupported(int nRanks) {
+  if (nRanks < 2) return 0;
+  int rounds = agRounds(nRanks), lastDist = 1 << (rounds - 1), most = nRanks - lastDist;
+  if (most < lastDist / 2) most = lastDist / 2; /* the round before the last sends lastDist / 2 */
+  return 2 * rounds <= MEND_PROG_MAX_PEERS && 2 * rounds <= MEND_PROG_MAX_STEPS && most + 1 <= MEND_FIFO_SLOTS;
+}
+
+static void agPowerOfTwo(struct mendProgram* p, int n, const int* ranks, int q) {
   for (int bit = 1; bit < n; bit <<= 1) {
     int partner = ranks[q ^ bit], mine = q & ~(bit - 1), theirs = mine ^ bit;
     if (bit == 1) mendProgAddStep(p, MEND_OP_COPY_SEND, 0, -1, partner, COLL, MEND_BUF_SEND, MEND_BUF_RECV, q, 1, 0);
     else mendProgAddStep(p, MEND_OP_SEND, 0, -1, partner, COLL, MEND_BUF_RECV, MEND_BUF_NONE, mine, bit, 1);
     mendProgAddStep(p, MEND_OP_RECV, 0, partner, -1, COLL, MEND_BUF_NONE, MEND_BUF_RECV, theirs, bit, 1);
   }
+}
+
+static void agBruck(struct mendProgram* p, int n, const int* ranks, int q) {
+  for (int d = 1; d < n; d <<= 1) {
+    int count = d < n - d ? d : n - d, to = ranks[(q - d + n) % n], from = ranks[(q + d) % n];
+    if (d == 1) mendProgAddStep(p, MEND_OP_COPY_SEND, 0, -1, to, COLL, MEND_BUF_SEND, MEND_BUF_RECV, q, 1, 0);
+    else mendProgAddStep(p, MEND_OP_SEND, 0, -1, to, COLL, MEND_BUF_RECV, MEND_BUF_NONE, q, count, 1);
+    mendProgAddStep(p, MEND_OP_RECV, 0, from, -1, COLL, MEND_BUF_NONE, MEND_BUF_RECV, q + d, count, 1);
+  }
+}
+
+ncclResult_t mendGenRdAllGather(int n, const int* ranks, int q, struct mendProgram** prog) {
+  if (n == 1) return mendGenCopy(0, prog);
+  if (!mendRdAllGatherSupported(n)) {
+    WARN("Recursive doubling AllGather: %d ranks (2-15: its last round and connectors must fit a program "
+         "and a FIFO)", n);
+    return ncclInternalError;
+  }
+  struct mendProgram* p;
+  MENDCHECK(mendProgAlloc(MEND_ALGO_RD, (uint32_t)n, &p));
+  for (int i = 0; i < n; i++) p->segMap[i] = ranks[i];
+  mendProgAddPhase(p, MEND_LAYOUT_BLOCKED, (uint32_t)n);
+  if ((n & (n - 1)) == 0) agPowerOfTwo(p, n, ranks, q);
+  else agBruck(p, n, ranks, q);
   ncclResult_t res = mendProgValidate(p);
   if (res != ncclSuccess) {
     free(p);

@@ -144,12 +144,6 @@ static void parseMasks(const struct ncclComm* comm, struct mendPlanner* pl) {
 
 /* ---- cost model ---- */
 
-/* Recursive doubling: log2(P) rounds of the whole vector, 2 more hops past a power of two. */
-static int rdHops(int n) {
-  int p = 1, hops = 0;
-  while (p * 2 <= n) p *= 2, hops++;
-  return hops + (p < n ? 2 : 0);
-}
 
 static int depthOf(int n) {
   int d = 0;
@@ -295,15 +289,21 @@ double mendTuneCostUs(const struct mendCostIn* in, int algo) {
       return mendRdSupported(n) ? rdAllReduceUs(in, a, cal->handoffUs, bw * 1e3, cal->reduceGBs * 1e3) : -1;
     return -1;
   case MEND_FUNC_ALLGATHER:
-    /* Recursive doubling sends the ring's bytes in log2(n) steps, but a block it forwards is read
-     * back from the output (the ring forwards a slot as it receives it): (n - 1 - log2 n) / n of S
-     * once more.  4 ranks on 2 CPUs: 1.9-2.4x the ring's speed at 16-64 KiB, 0.7-0.9x at 1-4 MiB.
-     * One host only: between hosts its later rounds would send half of every rank's blocks over the
-     * network, where the ring crosses once. */
+    /* Recursive doubling (Bruck's order where n is not a power of two) sends the ring's bytes in
+     * ceil(log2 n) steps, but a block it forwards is read back from the output (the ring forwards a
+     * slot as it receives it): (n - 1 - steps) / n of S once more.  4 ranks on 2 CPUs: 1.9-2.4x the
+     * ring's speed at 16-64 KiB, 0.7-0.9x at 1-4 MiB.  A pairwise round costs a hop; a round of
+     * Bruck's waits on a partner that waited on its own in the round before, as a ring step does, and
+     * is charged as one (5-7 ranks on 2 CPUs, 9 rounds: Bruck's order 1.0-1.3x the ring's speed up to
+     * 256 KiB, slower from 512 KiB-1 MiB, where a hop's price put the crossing past 1 MiB).  One host
+     * only: between hosts its later rounds would send half of every rank's blocks over the network,
+     * where the ring crosses once. */
     if (algo == MEND_ALGO_RD) {
       if (kind == MEND_TRANSPORT_NET || !mendRdAllGatherSupported(n)) return -1;
-      int hops = rdHops(n);
-      return hops * alpha + (n - 1.0) / n * S / perUs + (double)(n - 1 - hops) / n * S / perUs;
+      int hops = 0;
+      for (int p = 1; p < n; p <<= 1) hops++;
+      double hop = (n & (n - 1)) == 0 ? alpha : ringAlpha;
+      return hops * hop + (n - 1.0) / n * S / perUs + (double)(n - 1 - hops) / n * S / perUs;
     }
     return algo == MEND_ALGO_RING ? (n - 1) * ringAlpha + (double)(n - 1) / n * S / perUs : -1;
   case MEND_FUNC_REDUCESCATTER:

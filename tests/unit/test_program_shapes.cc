@@ -156,6 +156,61 @@ TEST(ProgramRd, MatchingAndRounds) {
   EXPECT_EQ(mendGenRdAllReduce(17, std::vector<int>(17, 0).data(), 0, &p), ncclInternalError);
 }
 
+// AllGather by recursive doubling (powers of two) or Bruck's order (the rest): for every rank count it
+// supports, ranks in an order unlike rank order: valid, matching pairwise, ceil(log2 n) rounds of
+// two steps, and, replayed round by round in program order, every rank sends only blocks it holds
+// and ends with each of the n blocks received exactly once (its own one copied).  16 ranks do not
+// fit a FIFO (the last round's 8 slots and a signature alone).
+TEST(ProgramRdAllGather, EveryBlockOnceAndMatching) {
+  for (int n = 2; n <= 16; n++) {
+    if (n == 16) {
+      EXPECT_FALSE(mendRdAllGatherSupported(n));
+      continue;
+    }
+    ASSERT_TRUE(mendRdAllGatherSupported(n)) << "n=" << n;
+    std::vector<int> perm(n);  // position -> rank
+    for (int p = 0; p < n; p++) perm[p] = (2 * n - 1 - p + n / 2) % n;  // reversed and rotated
+    std::vector<mendProgram*> progs(n);
+    int rounds = 0;
+    for (int p = 1; p < n; p <<= 1) rounds++;
+    for (int q = 0; q < n; q++) {
+      ASSERT_EQ(mendGenRdAllGather(n, perm.data(), q, &progs[perm[q]]), ncclSuccess) << "n=" << n;
+      EXPECT_EQ(mendProgValidate(progs[perm[q]]), ncclSuccess);
+      EXPECT_EQ(progs[perm[q]]->nSteps, 2 * rounds) << "n=" << n << " q=" << q;
+    }
+    checkMatching(progs, "rd allgather n=" + std::to_string(n));
+    // Replay: each program's steps are (send, receive) per round; a round's sends read what the
+    // rank held before it.  held[r][b]: times rank r got block b (its own by the copy).
+    std::vector<std::vector<int>> held(n, std::vector<int>(n, 0));
+    for (int r = 0; r < n; r++) {
+      const mendProgram* p = progs[r];
+      ASSERT_EQ(p->steps[0].op, MEND_OP_COPY_SEND) << "n=" << n;
+      held[r][p->segMap[p->steps[0].seg]]++;
+    }
+    for (int k = 0; k < rounds; k++) {
+      std::vector<std::vector<int>> next = held;
+      for (int r = 0; r < n; r++) {
+        const mendProgram* p = progs[r];
+        const mendProgStep& send = p->steps[2 * k];
+        const mendProgStep& recv = p->steps[2 * k + 1];
+        ASSERT_EQ(recv.op, MEND_OP_RECV);
+        for (int j = 0; j < send.repeat; j++) {
+          int b = p->segMap[(send.seg + j * send.segDelta) % n];
+          EXPECT_EQ(held[r][b], 1) << "n=" << n << " rank " << r << " round " << k << " sends block " << b
+                                   << " it does not hold";
+        }
+        for (int j = 0; j < recv.repeat; j++) next[r][p->segMap[(recv.seg + j * recv.segDelta) % n]]++;
+      }
+      held = next;
+    }
+    for (int r = 0; r < n; r++)
+      for (int b = 0; b < n; b++) EXPECT_EQ(held[r][b], 1) << "n=" << n << " rank " << r << " block " << b;
+    for (auto* p : progs) free(p);
+  }
+  mendProgram* p = nullptr;
+  EXPECT_EQ(mendGenRdAllGather(16, std::vector<int>(16, 0).data(), 0, &p), ncclInternalError);
+}
+
 TEST(ProgramFormat, ValidateRejectsMalformed) {
   mendProgram* p;
   ASSERT_EQ(mendGenP2pSend(1, &p), ncclSuccess);

@@ -355,13 +355,13 @@ TEST(EngineAllReduce, RecursiveDoubling) {
   }
 }
 
-// Recursive doubling AllGather (MEND_RD=1): 2, 4 and 8 ranks (3, 6 and 16 keep the ring: at 16 the
-// last round's 8 slots and an op signature alone in the first overfill the FIFO, which hung at 1009
-// bytes a block), every type, in and out of place, counts from 0 to several loops of several chunks
-// on 3 channels.
+// Recursive doubling AllGather (MEND_RD=1): 2, 4 and 8 ranks, and Bruck's order at 3, 5, 6, 7, 12,
+// 13 and 15 (16 keeps the ring: its last round's 8 slots and an op signature alone in the first
+// overfill the FIFO, which hung at 1009 bytes a block; 15's last round fills it exactly), every type,
+// in and out of place, counts from 0 to several loops of several chunks on 3 channels.
 TEST(EngineAllGather, RecursiveDoubling) {
   ScopedEnv rd("MEND_RD", "1");
-  for (int n : {1, 2, 3, 4, 6, 8, 16}) {
+  for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 15, 16}) {
     World w(n);
     for (int t = 0; t < ncclNumTypes; t++) {
       for (size_t count : {(size_t)0, (size_t)1, (size_t)13, (size_t)1009}) {
@@ -374,10 +374,10 @@ TEST(EngineAllGather, RecursiveDoubling) {
   }
   ScopedEnv chunk("MEND_CHUNKSIZE", "320");
   ScopedEnv minCh("NCCL_MIN_NCHANNELS", "3");
-  for (int n : {2, 4, 8, 16}) {
+  for (int n : {2, 3, 4, 6, 7, 8, 13, 15, 16}) {
     World w(n, 3, 16 * 1024);
     for (int t : {ncclInt8, ncclFloat64, ncclFloat16}) {
-      runColl(w, MEND_FUNC_ALLGATHER, t, OP_SUM, 65537, n % 4 == 0, -1, "rd");
+      runColl(w, MEND_FUNC_ALLGATHER, t, OP_SUM, 65537, n % 4 == 0 || n == 7, -1, "rd");
       if (HasFailure()) return;
     }
   }

@@ -164,6 +164,44 @@ TEST(TuningModel, CrowdedHostChargesHandOffs) {
       << "the tree's pipeline pays a hand-off per chunk";
 }
 
+// AllGather past a power of two runs in Bruck's order, whose rounds are charged as ring steps.  Measured
+// on 2 CPUs (mend-run, no binding, 9 rounds of each forced, the constants of the test above): 5, 6 and 7
+// ranks, 16-256 KiB, Bruck's order 61-124 us against the ring's 70-143; 1 MiB, the ring 187-277 us
+// against 273-363; at 3 ranks the two are the same hops and bytes (the ring is kept).
+TEST(TuningModel, AllGatherBruckWhereItWins) {
+  mendCalib c;
+  mendCalibDefaults(&c);
+  c.kind[1] = {0.25, 15.0, 15.0};  // shm
+  c.reduceGBs = 29;
+  c.handoffUs = 4.22;
+  mendCostIn in = {MEND_FUNC_ALLGATHER, 64 << 10, 6, 1 /* shm */, 1, 0, &c};
+  in.slotBytes = 524288;
+  for (int n : {5, 6, 7}) {
+    in.nRanks = n;
+    in.cpuCrowd = n / 2.0;
+    in.nChannels = 1;
+    for (size_t bytes : {(size_t)16 << 10, (size_t)256 << 10}) {
+      in.nBytes = bytes;
+      EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << n << " ranks, " << bytes;
+    }
+    for (size_t bytes : {(size_t)1 << 20, (size_t)4 << 20}) {
+      in.nBytes = bytes;
+      in.nChannels = bytes > (1u << 20) ? 2 : 1;
+      EXPECT_GT(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << n << " ranks, " << bytes;
+    }
+  }
+  in.nRanks = 3;
+  in.cpuCrowd = 1.5;
+  in.nChannels = 1;
+  in.nBytes = 16 << 10;
+  EXPECT_GE(mendTuneCostUs(&in, MEND_ALGO_RD), mendTuneCostUs(&in, MEND_ALGO_RING)) << "3 ranks: the ring is kept";
+  in.nRanks = 16;
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), 0) << "16 ranks: the last round overfills a FIFO";
+  in.nRanks = 6;
+  in.kind = 2;  // net
+  EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RD), 0) << "between hosts: the ring";
+}
+
 // A channel uses tree c mod 2 and NIC c mod nRails: with an even NIC count each NIC carries one
 // tree's channels, and a host inner in that tree receives from 2 children in the reduce phase and
 // sends to 2 in the broadcast phase, one after the other, where the pooled model has 1 each way
