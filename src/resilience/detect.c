@@ -274,7 +274,7 @@ ncclResult_t mendRnetDetectCheck(struct rnetComm* rc) {
   int state = atomic_load(&rc->probeState);
   if (state == MEND_RNET_PROBE_DONE) return takeProbe(rc);
   if (state == MEND_RNET_PROBE_RUNNING) return ncclSuccess;
-  int64_t timeout = mendParamProgressTimeout(), now = mendTimeMs();
+  int64_t timeout = mendParamProgressTimeout(), now = (int64_t)(rc->passNs / 1000000);  /* mendRnetProgress's */
   if (timeout <= 0 || rc->nPosted == rc->nDone) return ncclSuccess;
   int64_t silent = now - rc->lastProgressMs, floor = mendParamDetectMin();
   if (rc->active >= 0 && rc->active < MEND_RNET_MAX_SLOTS && mendParamDetectAdaptive() && !rc->det.peerSilent &&

@@ -289,9 +289,9 @@ static ncclResult_t takeWords(struct rnetComm* rc) {
   }
   rc->wordAcks += w - rc->nDone;
   int64_t postUs = rc->reqs[(w - 1) % RNET_WINDOW].postUs;
-  mendRnetDetectWord(rc, rc->active, (int64_t)(mendTimeNs() / 1000) - postUs);
+  mendRnetDetectWord(rc, rc->active, (int64_t)(rc->passNs / 1000) - postUs);
   ackedTo(rc, w);
-  rc->lastProgressMs = mendTimeMs();
+  rc->lastProgressMs = (int64_t)(rc->passNs / 1000000);
   return ncclSuccess;
 }
 
@@ -309,7 +309,7 @@ static int ackMayBeDue(const struct rnetComm* rc) {
   for (uint64_t s = rc->nDone; s < rc->nIssued; s++) bytes += rc->reqs[s % RNET_WINDOW].size;
   if (bytes >= RNET_ACK_BYTES) return 1;
   int64_t oldestUs = rc->reqs[rc->nDone % RNET_WINDOW].postUs;
-  return (uint64_t)((int64_t)(mendTimeNs() / 1000) - oldestUs) * 1000 >= rc->ackDelayNs;
+  return (uint64_t)((int64_t)(rc->passNs / 1000) - oldestUs) * 1000 >= rc->ackDelayNs;
 }
 
 /* Post and reap control messages on path p: the sender receives, the receiver sends. */
@@ -342,7 +342,7 @@ static ncclResult_t ctrlSenderSide(struct rnetComm* rc, int p) {
     }
     if (m.value > rc->nDone) mendRnetDetectAcked(rc, p, m.value, m.delayUs);
     if (m.value > rc->nDone) ackedTo(rc, m.value);
-    rc->lastProgressMs = mendTimeMs();
+    rc->lastProgressMs = (int64_t)(rc->passNs / 1000000);
   }
   return ncclSuccess;
 }
@@ -355,7 +355,7 @@ static ncclResult_t watchIdle(struct rnetComm* rc, int force, int* moved) {
   *moved = 0;
   /* A RESUME on an idle path only follows a fence: look every time while waiting for one, else
    * now and then (each look is a receive test, i.e. a syscall, on every idle path). */
-  uint64_t now = mendTimeNs();
+  uint64_t now = rc->passNs;
   if (!force && rc->active >= 0 && now - rc->lastWatchNs < RNET_WATCH_NS) return ncclSuccess;
   rc->lastWatchNs = now;
   for (int p = 0; p < rc->nPaths; p++) {
@@ -488,7 +488,7 @@ static void noteHeld(struct rnetComm* rc) {
 static ncclResult_t sendCtrl(struct rnetComm* rc, int p, int placed, int force) {
   struct rnetPath* path = rc->paths + p;
   MENDCHECK(reapCtrl(rc));
-  uint64_t now = mendTimeNs();
+  uint64_t now = rc->passNs;
   heldFrom(rc, now);
   if (ctrlDue(rc, now, placed, force) && rc->ctrlPosted - rc->ctrlDone < RNET_NCTRL) {
     int k = (int)(rc->ctrlPosted % RNET_NCTRL);
@@ -551,7 +551,7 @@ static ncclResult_t placeOldest(struct rnetComm* rc, int p, int* placed) {
   if (!done) return ncclSuccess;
   r->base = NULL;
   r->got = size;
-  uint64_t now = mendTimeNs();
+  uint64_t now = rc->passNs;
   if (rc->nDone == ackedBy(rc)) rc->ackHeldNs = now;
   r->placedNs = now;
   rc->lastPlacedNs = now;
@@ -578,6 +578,7 @@ static ncclResult_t recvPath(struct rnetComm* rc, int p) {
 }
 
 void mendRnetAckClose(struct rnetComm* rc) {
+  rc->passNs = mendTimeNs();
   if (!rc->isSend && rc->error == ncclSuccess && rc->active >= 0 && mendRnetPathLive(rc, rc->active) &&
       rc->nDone > rc->ctrlSent && sendCtrl(rc, rc->active, 0, 1) == ncclSuccess) {
     /* Bounded: a peer that stopped reading must not hold our close. */
@@ -587,8 +588,12 @@ void mendRnetAckClose(struct rnetComm* rc) {
   if (atomic_exchange(&rc->ackHeldSince, 0)) mendResilAckHeld(rc->ctx->resil, -1);
 }
 
+/* One clock read a pass (rc->passNs): a pass over a receive connection that finds nothing read it
+ * twice or three times (the held acknowledgement's deadline, the watch of idle paths, the detector),
+ * at about 20 ns each, and a rank polls in such passes while its next message is on the way. */
 ncclResult_t mendRnetProgress(struct rnetComm* rc) {
   if (rc->error != ncclSuccess) return rc->error;
+  rc->passNs = mendTimeNs();
   MENDCHECK(mendRnetApplyNotices(rc));
   MENDCHECK(mendRnetRebuildProgress(rc));
   /* A failure moves us to the next path, which may fail at once too: walk the chain here. */

@@ -252,6 +252,7 @@ struct rnetComm {
   uint64_t nIssued;                               /* messages handed to the base on the active path */
   uint64_t nBaseDone;                             /* sender: base isends completed (in order) */
   uint64_t placeTo;                               /* receiver: a pass places messages below this (the one tested) */
+  uint64_t passNs;                                /* the clock when the current progress pass began (one read a pass) */
   struct rnetReq reqs[RNET_WINDOW];               /* message seq lives at reqs[seq % RNET_WINDOW] */
   void* ctrlReq[RNET_NCTRL];                      /* control requests in flight (ring) */
   uint64_t ctrlPosted, ctrlDone;                  /* ring counters */
