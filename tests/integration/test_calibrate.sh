@@ -114,7 +114,7 @@ else
      && grep -q "Out of bounds values : 0 OK" "$T/a0"; then
     ok "init_measures # $n ranks: $line"
   else
-    nok init_measures "$n ranks: line '$line'; $(est "$T/a0" | head -2) vs $(est "$T/a$last" | head -2); $(grep -m2 -E 'WARN|differ|Cost model' "$T/a$last")"
+    nok init_measures "$n ranks: line '$line'; $(est "$T/a0" | head -2) vs $(est "$T/a$last" | head -2); $(grep -m2 -E 'WARN|differ|Cost model' "$T/a$last"); rank 0 ended: $(tail -3 "$T/a0" | tr '\n' ' '); rank $last ended: $(tail -3 "$T/a$last" | tr '\n' ' ')"
   fi
 fi
 if [ "$cpus" -ge 2 ]; then

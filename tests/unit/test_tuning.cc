@@ -115,19 +115,29 @@ TEST(TuningModel, TreeForSmallRingForLarge) {
   EXPECT_LE(mendTuneChunk(MEND_FUNC_ALLREDUCE, MEND_ALGO_RING, (size_t)1 << 30, 8, 524288), 524288u);
 }
 
-// Ranks that outnumber their host's CPUs (cpuCrowd > 1) pay a hand-off per dependent step and share
-// a CPU's copies and reductions.  Measured on 2 CPUs (mend-run, no binding, forced algorithms, medians
-// of 5 rounds, the constants below as measured at init there): 4 ranks, 128 KiB, recursive doubling
-// 46 us against the ring's 53; 4 MiB favours the ring; 6 ranks, 16-128 KiB, recursive doubling 71-126
-// us against the tree's 153-204 and the ring's 179-200; 8 ranks, 64 KiB, recursive doubling 134-140 us
-// against the ring's 275; 512 KiB, the ring 408-426 us against recursive doubling's 765-877; 1 MiB, the
-// ring 541-571 us against the tree's 773-781.
-TEST(TuningModel, CrowdedHostChargesHandOffs) {
+namespace {
+// The constants measured at init on this machine's 2 CPUs with ranks that outnumber them (shm
+// latency, bandwidth per channel and at most, reduction rate, hand-off), which the crowded-host tests
+// below price with.
+mendCalib crowdedCalib() {
   mendCalib c;
   mendCalibDefaults(&c);
   c.kind[1] = {0.25, 15.0, 15.0};  // shm
   c.reduceGBs = 29;
   c.handoffUs = 4.22;
+  return c;
+}
+}  // namespace
+
+// Ranks that outnumber their host's CPUs (cpuCrowd > 1) pay a hand-off per dependent step and share
+// a CPU's copies and reductions.  Measured on 2 CPUs (mend-run, no binding, forced algorithms, medians
+// of 5 rounds, crowdedCalib's constants as measured at init there): 4 ranks, 128 KiB, recursive doubling
+// 46 us against the ring's 53; 4 MiB favours the ring; 6 ranks, 16-128 KiB, recursive doubling 71-126
+// us against the tree's 153-204 and the ring's 179-200; 8 ranks, 64 KiB, recursive doubling 134-140 us
+// against the ring's 275; 512 KiB, the ring 408-426 us against recursive doubling's 765-877; 1 MiB, the
+// ring 541-571 us against the tree's 773-781.
+TEST(TuningModel, CrowdedHostChargesHandOffs) {
+  mendCalib c = crowdedCalib();
   mendCostIn in = {MEND_FUNC_ALLREDUCE, 128 << 10, 4, 1 /* shm */, 1, 0, &c};
   in.slotBytes = 524288;
   EXPECT_LT(mendTuneCostUs(&in, MEND_ALGO_RING), mendTuneCostUs(&in, MEND_ALGO_RD)) << "one rank per CPU";
@@ -165,15 +175,11 @@ TEST(TuningModel, CrowdedHostChargesHandOffs) {
 }
 
 // AllGather past a power of two runs in Bruck's order, whose rounds are charged as ring steps.  Measured
-// on 2 CPUs (mend-run, no binding, 9 rounds of each forced, the constants of the test above): 5, 6 and 7
+// on 2 CPUs (mend-run, no binding, 9 rounds of each forced, crowdedCalib's constants): 5, 6 and 7
 // ranks, 16-256 KiB, Bruck's order 61-124 us against the ring's 70-143; 1 MiB, the ring 187-277 us
 // against 273-363; at 3 ranks the two are the same hops and bytes (the ring is kept).
 TEST(TuningModel, AllGatherBruckWhereItWins) {
-  mendCalib c;
-  mendCalibDefaults(&c);
-  c.kind[1] = {0.25, 15.0, 15.0};  // shm
-  c.reduceGBs = 29;
-  c.handoffUs = 4.22;
+  mendCalib c = crowdedCalib();
   mendCostIn in = {MEND_FUNC_ALLGATHER, 64 << 10, 6, 1 /* shm */, 1, 0, &c};
   in.slotBytes = 524288;
   for (int n : {5, 6, 7}) {
