@@ -144,7 +144,6 @@ static void parseMasks(const struct ncclComm* comm, struct mendPlanner* pl) {
 
 /* ---- cost model ---- */
 
-
 static int depthOf(int n) {
   int d = 0;
   while ((1 << d) < n + 1) d++;
