@@ -75,6 +75,8 @@ struct mendWorkState {
   int deps[MEND_PROG_MAX_PEERS];   /* index of the earlier work that last used each connector, -1 */
   uint64_t steps;                  /* steps executed (stall reports, tests) */
   uint32_t sigDone;                /* bit i: the signature went (send) or was checked (recv) on conns[i] */
+  int directWait;                  /* it posted a direct slot (transport/fifo.h): done only once read */
+  uint64_t directTail[MEND_PROG_MAX_PEERS]; /* conns[i]'s tail after its last direct slot (0: none) */
 };
 
 struct mendWork {

@@ -10,6 +10,7 @@
  * take the CPUs (mendLoadWatchYield).
  */
 #include "device/engine.h"
+#include "device/host_direct.h"
 #include "device/opsig.h"
 #include "device/walk.h"
 
@@ -160,6 +161,60 @@ static int slotIn(struct mendConnector* rc, uint64_t head, const char** in, uint
   return 1;
 }
 
+/* ---- single copy (transport/fifo.h, MEND_FIFO_DIRECT; host_direct.c) ---- */
+
+/* Step s of w sends a chunk that the consumer of sc may read from where it is: a plain send of a
+ * send/recv transfer (its source is the user's buffer or the plan's copy of it, which nothing writes
+ * while the work runs), large enough, to a rank of this host that has welcomed direct slots. */
+static int directSend(const struct mendWork* w, const struct mendProgStep* s, struct mendConnector* sc, size_t bytes) {
+  if (s->op != MEND_OP_SEND || s->flags || w->prog->algo != MEND_ALGO_P2P || sc->kind == MEND_TRANSPORT_NET) return 0;
+  if ((int64_t)bytes < mendParamShmDirectMin()) return 0;
+  uint64_t ok = mendFifoPeek(&sc->fifo->directOk);
+  if (ok == 0) mendDirectIntroduce(sc->fifo); /* the consumer probes with the next slot it takes */
+  return ok == 1;
+}
+
+static void postDirect(struct mendWork* w, const struct mendProgStep* s, int seg, struct mendConnector* sc,
+                       uint64_t tail, char* slot, size_t bytes) {
+  struct mendFifoDirect d = {.addr = (uint64_t)(uintptr_t)bufAt(w, s->src, seg), .bytes = bytes};
+  memcpy(slot, &d, sizeof d);
+  sc->fifo->bytes[tail % (uint64_t)sc->nSlots] = MEND_FIFO_DIRECT | bytes;
+  mendFifoStore(&sc->fifo->tail, tail + 1);
+  sendPosted(sc);
+  w->st.directTail[s->sendPeer] = tail + 1;
+  w->st.directWait = 1;
+}
+
+/* Every direct slot w posted has been read (the consumer moved head past it). */
+static int directRead(struct mendWork* w) {
+  for (int p = 0; p < w->prog->nPeers; p++)
+    if (w->st.directTail[p] && mendFifoLoad(&w->conns[p]->fifo->head) < w->st.directTail[p]) return 0;
+  w->st.directWait = 0;
+  return 1;
+}
+
+static int badDirect(const struct mendWork* w, const struct mendConnector* rc, const char* why, ncclResult_t* res) {
+  WARN("Rank %d channel %d: rank %d posted a slot for this rank to read from its memory, but %s", w->comm->rank,
+       w->channel, rc->peer, why);
+  mendCommSetAsyncError(w->comm, ncclInvalidUsage);
+  *res = ncclInvalidUsage;
+  return -1;
+}
+
+/* Take the direct slot at rc's head (`in`, `got` bytes without the flag) into dst. */
+static int takeDirect(const struct mendWork* w, const struct mendConnector* rc, const char* in, uint64_t got,
+                      char* dst, ncclResult_t* res) {
+  struct mendFifoDirect d;
+  memcpy(&d, in, sizeof d);
+  if (d.bytes != got) return badDirect(w, rc, "its length differs from the slot's", res);
+  if (mendDirectRead(rc->fifo, dst, &d) == 0) return 0;
+  WARN("Rank %d channel %d: cannot read %lu bytes at 0x%lx in rank %d's memory: %m", w->comm->rank, w->channel,
+       (unsigned long)d.bytes, (unsigned long)d.addr, rc->peer);
+  mendCommSetAsyncError(w->comm, ncclSystemError);
+  *res = ncclSystemError;
+  return -1;
+}
+
 /* ---- one step ---- */
 
 static int tryStep(struct mendWork* w, ncclResult_t* res) {
@@ -176,6 +231,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   const char* in = NULL;
   char *out = NULL, *slot = NULL;
   size_t bytes = n * w->args.typeSize;
+  int direct = 0, moved = 0;
   if (rc) {
     rHead = mendFifoPeek(&rc->fifo->head);
     if (!slotIn(rc, rHead, &in, &got)) {
@@ -186,11 +242,23 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       }
       return 0;
     }
+    if (got & MEND_FIFO_DIRECT) {
+      got &= ~MEND_FIFO_DIRECT;
+      direct = 1;
+      if (rFirst || rc->kind == MEND_TRANSPORT_NET || mendFifoPeek(&rc->fifo->directOk) != 1)
+        return badDirect(w, rc, rFirst ? "it is the operation's first (it must carry the signature)"
+                                       : "this rank never said it could", res);
+      in = rc->buff + (size_t)(rHead % (uint64_t)rc->nSlots) * rc->slotBytes; /* never a latency line */
+    } else if (got > MEND_FIFO_LINE_BYTES && rc->kind != MEND_TRANSPORT_NET && mendFifoPeek(&rc->fifo->directOk) == 0) {
+      mendDirectProbe(rc->fifo, w->comm->rank, rc->peer);
+    }
     uint64_t want = bytes;
     if (rFirst) {
       if (sigCheck(w, rc, in, got, res) < 0) return -1;
       want = mendOpSigFramed(bytes, rc->slotBytes);
-      if (want == 0) { /* the signature came alone, the data follows */
+      /* The signature came alone, the data follows: it did not fit beside it, or the data is for this
+       * rank to read from the sender's memory (a framed slot of data is never the signature's size). */
+      if (want == 0 || got == MEND_OPSIG_BYTES) {
         if (got != MEND_OPSIG_BYTES) return badBytes(w, rc, got, MEND_OPSIG_BYTES, res);
         w->st.sigDone |= 1u << s->recvPeer;
         sigWantClear(w, rc, s->recvPeer);
@@ -200,23 +268,34 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       }
     }
     if (got != want) return badBytes(w, rc, got, want, res);
+    if (direct) { /* a plain receive reads into place; any other step reads into the slot, then runs */
+      int toDst = s->op == MEND_OP_RECV && !s->flags;
+      if (!toDst && got > rc->slotBytes) return badDirect(w, rc, "it is larger than a slot", res);
+      if (takeDirect(w, rc, in, got, toDst ? bufAt(w, s->dst, seg) : (char*)in, res) < 0) return -1;
+      moved = toDst;
+    }
   }
-  uint64_t posted = sFirst ? mendOpSigFramed(bytes, sc->slotBytes) : bytes;
+  int sendDirect = sc && directSend(w, s, sc, bytes);
+  uint64_t posted = sFirst && !sendDirect ? mendOpSigFramed(bytes, sc->slotBytes) : bytes;
   if (sc) {
     sTail = mendFifoPeek(&sc->fifo->tail);
     if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) mendProxyKick(sc); /* net: reap sends */
     if (sTail - mendFifoLoad(&sc->fifo->head) >= (uint64_t)sc->nSlots) return 0;
     slot = sc->buff + (size_t)(sTail % (uint64_t)sc->nSlots) * sc->slotBytes;
-    if (sFirst && posted == 0) { /* a full first slot: the signature goes alone */
+    if (sFirst && (posted == 0 || sendDirect)) { /* a full first slot, or a direct one: the signature goes alone */
       char* buf = postBuf(sc, sTail, MEND_OPSIG_BYTES, slot);
       memcpy(buf, &w->args.sig, MEND_OPSIG_BYTES);
       post(sc, sTail, MEND_OPSIG_BYTES, buf, slot);
       w->st.sigDone |= 1u << s->sendPeer;
       return 2;
     }
+    if (sendDirect) { /* a plain send: nothing else to do */
+      postDirect(w, s, seg, sc, sTail, slot, bytes);
+      return 1;
+    }
     out = postBuf(sc, sTail, posted, slot);
   }
-  moveData(w, s, seg, n, in, out);
+  if (!moved) moveData(w, s, seg, n, in, out);
   if (sc) {
     if (sFirst) { /* the signature behind the data */
       memcpy(out + posted - MEND_OPSIG_BYTES, &w->args.sig, MEND_OPSIG_BYTES);
@@ -280,11 +359,15 @@ static ncclResult_t checkComms(struct ncclComm** comms, int nComms) {
 static ncclResult_t checkConns(struct mendWork** works, const int* active, int nActive, int report) {
   for (int a = 0; a < nActive; a++) {
     struct mendWork* w = works[active[a]];
-    if (!w->st.started || w->st.walk.done) continue;
+    if (!w->st.started) continue;
     const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
-    for (int k = 0; k < 2; k++) {
-      int used = k == 0 ? (s->op & MEND_STEP_RECV) != 0 : (s->op & MEND_STEP_SEND) != 0;
-      struct mendConnector* c = used ? w->conns[k == 0 ? s->recvPeer : s->sendPeer] : NULL;
+    /* A finished work that waits for its direct slots to be read waits on those connectors. */
+    int nLook = w->st.walk.done ? w->prog->nPeers : 2;
+    for (int k = 0; k < nLook; k++) {
+      int used = w->st.walk.done ? w->st.directTail[k] != 0
+                 : k == 0        ? (s->op & MEND_STEP_RECV) != 0
+                                 : (s->op & MEND_STEP_SEND) != 0;
+      struct mendConnector* c = !used ? NULL : w->st.walk.done ? w->conns[k] : w->conns[k == 0 ? s->recvPeer : s->sendPeer];
       int err = c ? atomic_load_explicit(&c->error, memory_order_acquire) : ncclSuccess;
       if (err == ncclSuccess) continue;
       if (!report) return (ncclResult_t)err;
@@ -380,6 +463,14 @@ static void reportStall(struct mendWork** works, int nWorks, int64_t ms) {
   WARN("Host engine: no progress for %ld ms; stuck steps follow", (long)ms);
   for (int i = 0; i < nWorks && shown < 8; i++) {
     const struct mendWork* w = works[i];
+    if (w->st.walk.done && w->st.directWait) {
+      for (int p = 0; p < w->prog->nPeers; p++)
+        if (w->st.directTail[p])
+          WARN("  rank %d ch %d op %d: done, waiting for rank %d to read its data (head %lu, its last slot %lu)",
+               w->comm->rank, w->channel, w->opIndex, w->conns[p]->peer,
+               (unsigned long)mendFifoLoad(&w->conns[p]->fifo->head), (unsigned long)w->st.directTail[p]);
+      shown++;
+    }
     if (w->st.walk.done) continue;
     const struct mendProgStep* s = w->prog->steps + w->st.walk.step;
     struct mendConnector* rc = (s->op & MEND_STEP_RECV) && w->st.started ? w->conns[s->recvPeer] : NULL;
@@ -395,26 +486,39 @@ static void reportStall(struct mendWork** works, int nWorks, int64_t ms) {
   }
 }
 
-/* One pass over the active works; returns how many steps ran, or -1 with *res on error. */
-static int64_t pass(struct mendWork** works, int* active, int* nActive, ncclResult_t* res) {
+/* A send of a send/recv transfer: pass() runs these first.  Where the peer reads the data from this
+ * rank's memory (MEND_FIFO_DIRECT) a send only posts addresses, and a receive run before it would keep
+ * the peer waiting for them while this rank copies (AlltoAll at 2 ranks, 4 MiB: each rank read its
+ * peer's half, then posted its own, one after the other). */
+static int sendFirst(const struct mendWork* w) {
+  return w->prog->algo == MEND_ALGO_P2P && w->prog->steps[0].op == MEND_OP_SEND;
+}
+
+/* One pass over the active works; returns how many steps ran, or -1 with *res on error.  With
+ * `sends` (some work is a sendFirst one), two sweeps: those works, then the others. */
+static int64_t pass(struct mendWork** works, int* active, int* nActive, int sends, ncclResult_t* res) {
   int64_t moved = 0;
-  for (int a = 0; a < *nActive; a++) {
-    struct mendWork* w = works[active[a]];
-    if (!w->st.started) {
-      if (!depsDone(works, w)) continue;
-      w->st.started = 1;
-    }
-    int r;
-    while (!w->st.walk.done && (r = tryStep(w, res)) != 0) {
-      if (r < 0) return -1;
-      moved++;
-      if (r == 2) continue; /* a signature slot moved; the step itself is still to run */
-      w->st.steps++;
-      mendWalkAdvance(&w->st.walk, w->prog, &w->args);
-    }
-    if (w->st.walk.done) {
-      active[a--] = active[--*nActive];
-      moved++;
+  for (int sweep = sends ? 0 : 1; sweep < 2; sweep++) {
+    for (int a = 0; a < *nActive; a++) {
+      struct mendWork* w = works[active[a]];
+      if (sends && sendFirst(w) != (sweep == 0)) continue;
+      if (!w->st.started) {
+        if (!depsDone(works, w)) continue;
+        w->st.started = 1;
+      }
+      int r;
+      while (!w->st.walk.done && (r = tryStep(w, res)) != 0) {
+        if (r < 0) return -1;
+        moved++;
+        if (r == 2) continue; /* a signature slot moved; the step itself is still to run */
+        w->st.steps++;
+        mendWalkAdvance(&w->st.walk, w->prog, &w->args);
+      }
+      if (w->st.walk.done) {
+        if (w->st.directWait && !directRead(w)) continue; /* its data is still to be read */
+        active[a--] = active[--*nActive];
+        moved++;
+      }
     }
   }
   return moved;
@@ -561,8 +665,10 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
   int nActive = 0;
   for (int i = 0; i < nWorks; i++) workBegin(works[i]);
   computeDeps(works, nWorks);
+  int sends = 0;
   for (int i = 0; i < nWorks; i++) {
     if (!works[i]->st.walk.done) active[nActive++] = i;
+    sends |= sendFirst(works[i]);
   }
   int nBells = nComms < MAX_BELLS ? nComms : MAX_BELLS;
   uint32_t seen[MAX_BELLS];
@@ -575,7 +681,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
    * delivers on its own (finalize and destroy wait for them, mendTransportDrain). */
   while (nActive > 0) {
     for (int b = 0; b < nBells && id.armed; b++) seen[b] = comms[b]->bell ? mendBellRead(comms[b]->bell) : 0;
-    int64_t moved = pass(works, active, &nActive, &res);
+    int64_t moved = pass(works, active, &nActive, sends, &res);
     if (moved < 0) goto exit;
     if (moved > 0) {
       id.since = 0;
@@ -587,7 +693,7 @@ ncclResult_t mendEngineRunHost(struct mendWork** works, int nWorks, struct ncclC
     if (checkConns(works, active, nActive, 0) != ncclSuccess) {
       /* A peer left after the pass looked at its connector: what it posted before it left (its last
        * tail store precedes its bye, which precedes the error flag read here) is used first. */
-      moved = pass(works, active, &nActive, &res);
+      moved = pass(works, active, &nActive, sends, &res);
       if (moved < 0) goto exit;
       if (moved > 0 || nActive == 0) {
         id.since = 0;

@@ -22,6 +22,18 @@ struct mendFifoLine {
   char data[MEND_FIFO_LINE_BYTES];     /* a copy of them */
 };
 
+/* Single copy (host engine, p2p and shm, host mode): a slot whose bytes[] word has MEND_FIFO_DIRECT
+ * set holds a struct mendFifoDirect instead of data; the consumer reads the producer's memory itself
+ * (the same process: a copy; another one: process_vm_readv) and then moves head as for any slot, and
+ * the producer's work completes only once head has passed it (the data stays where the user put it
+ * until then).  A producer posts one only after the consumer set directOk to 1, which it does after
+ * reading, through the producer's pid, the token the producer left at directAt (device/host_direct.c). */
+#define MEND_FIFO_DIRECT (1ull << 63)
+struct mendFifoDirect {
+  uint64_t addr;  /* where the data is in the producer's memory */
+  uint64_t bytes; /* how much: the slot's byte count without the flag */
+};
+
 struct mendFifo {
   uint64_t tail;                   /* slots posted by the producer */
   char pad0[64 - sizeof(uint64_t)];
@@ -32,7 +44,10 @@ struct mendFifo {
   uint64_t want[4];                /* the consumer's signature (struct mendOpSig) of the work waiting for
                                       its first slot: where both ends share the FIFO (p2p, shm), a stalled
                                       producer that runs another operation sees the mismatch */
-  uint64_t pad3[4];
+  uint64_t directPid;              /* producer: its process id (set before its first large P2P slot) */
+  uint64_t directToken;            /* producer: its process's random token... */
+  uint64_t directAt;               /* ...and the token's address in the producer's memory */
+  uint64_t directOk;               /* consumer: 0 not probed, 1 direct slots welcome, 2 never */
   struct mendFifoLine line[MEND_FIFO_SLOTS]; /* latency lines, one per slot (cache-line aligned) */
 };
 

@@ -15,6 +15,10 @@
  *   latency lines (fifo.h; host engine, p2p and shm): a slot of at most MEND_FIFO_LINE_BYTES is
  *             first written to line[s] with seq = tail + 1, then to the slot as above; a consumer
  *             that finds line[s].seq == head + 1 may take it from there before it sees tail move.
+ *   direct slots (fifo.h; host engine, p2p and shm): bytes[s] with MEND_FIFO_DIRECT set means the
+ *             slot holds the data's address in the producer, for the consumer to copy from there
+ *             (only after the consumer set directOk = 1); the producer keeps the data until head
+ *             passes s.
  * A slot's ready notification (tail) reaches the consumer exactly once and in order, even when
  * the net layer replays data after a failure.
  */
