@@ -163,12 +163,18 @@ static int slotIn(struct mendConnector* rc, uint64_t head, const char** in, uint
 
 /* ---- single copy (transport/fifo.h, MEND_FIFO_DIRECT; host_direct.c) ---- */
 
-/* Step s of w sends a chunk that the consumer of sc may read from where it is: a plain send of a
- * send/recv transfer (its source is the user's buffer or the plan's copy of it, which nothing writes
- * while the work runs), large enough, to a rank of this host that has welcomed direct slots. */
+/* Step s of w sends a chunk that the consumer of sc may read from where it is once the step ran,
+ * because nothing writes there before the operation ends: a plain send of a send/recv transfer (from
+ * the user's buffer or the plan's copy of it), or a send of a ring AllGather or Broadcast, whose data
+ * is then in its final place in the output (or the root's input), written once per operation; large
+ * enough, to a rank of this host that has welcomed direct slots. */
 static int directSend(const struct mendWork* w, const struct mendProgStep* s, struct mendConnector* sc, size_t bytes) {
-  if (s->op != MEND_OP_SEND || s->flags || w->prog->algo != MEND_ALGO_P2P || sc->kind == MEND_TRANSPORT_NET) return 0;
-  if ((int64_t)bytes < mendParamShmDirectMin()) return 0;
+  if (s->flags || (s->op & MEND_STEP_REDUCE) || sc->kind == MEND_TRANSPORT_NET) return 0;
+  if (!(s->op == MEND_OP_SEND || (s->op & MEND_STEP_COPY))) return 0; /* a forwarded slot is in no buffer */
+  int func = w->args.sig.magic == MEND_OPSIG_MAGIC ? w->args.sig.func : -1;
+  int p2p = w->prog->algo == MEND_ALGO_P2P && s->op == MEND_OP_SEND;
+  int final = w->prog->algo == MEND_ALGO_RING && func == MEND_FUNC_ALLGATHER;
+  if (!(p2p || final) || (int64_t)bytes < mendParamShmDirectMin()) return 0;
   uint64_t ok = mendFifoPeek(&sc->fifo->directOk);
   if (ok == 0) mendDirectIntroduce(sc->fifo); /* the consumer probes with the next slot it takes */
   return ok == 1;
@@ -176,7 +182,8 @@ static int directSend(const struct mendWork* w, const struct mendProgStep* s, st
 
 static void postDirect(struct mendWork* w, const struct mendProgStep* s, int seg, struct mendConnector* sc,
                        uint64_t tail, char* slot, size_t bytes) {
-  struct mendFifoDirect d = {.addr = (uint64_t)(uintptr_t)bufAt(w, s->src, seg), .bytes = bytes};
+  char* at = bufAt(w, (s->op & MEND_STEP_COPY) ? s->dst : s->src, seg); /* where the step left the data */
+  struct mendFifoDirect d = {.addr = (uint64_t)(uintptr_t)at, .bytes = bytes};
   memcpy(slot, &d, sizeof d);
   sc->fifo->bytes[tail % (uint64_t)sc->nSlots] = MEND_FIFO_DIRECT | bytes;
   mendFifoStore(&sc->fifo->tail, tail + 1);
@@ -231,7 +238,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
   const char* in = NULL;
   char *out = NULL, *slot = NULL;
   size_t bytes = n * w->args.typeSize;
-  int direct = 0, moved = 0;
+  int direct = 0;
   if (rc) {
     rHead = mendFifoPeek(&rc->fifo->head);
     if (!slotIn(rc, rHead, &in, &got)) {
@@ -268,12 +275,6 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       }
     }
     if (got != want) return badBytes(w, rc, got, want, res);
-    if (direct) { /* a plain receive reads into place; any other step reads into the slot, then runs */
-      int toDst = s->op == MEND_OP_RECV && !s->flags;
-      if (!toDst && got > rc->slotBytes) return badDirect(w, rc, "it is larger than a slot", res);
-      if (takeDirect(w, rc, in, got, toDst ? bufAt(w, s->dst, seg) : (char*)in, res) < 0) return -1;
-      moved = toDst;
-    }
   }
   int sendDirect = sc && directSend(w, s, sc, bytes);
   uint64_t posted = sFirst && !sendDirect ? mendOpSigFramed(bytes, sc->slotBytes) : bytes;
@@ -289,14 +290,21 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       w->st.sigDone |= 1u << s->sendPeer;
       return 2;
     }
-    if (sendDirect) { /* a plain send: nothing else to do */
-      postDirect(w, s, seg, sc, sTail, slot, bytes);
-      return 1;
-    }
-    out = postBuf(sc, sTail, posted, slot);
+    if (!sendDirect) out = postBuf(sc, sTail, posted, slot);
   }
-  if (!moved) moveData(w, s, seg, n, in, out);
-  if (sc) {
+  if (direct) { /* a receive that copies reads into place; any other step reads into the slot, then runs */
+    int toDst = (s->op & MEND_STEP_COPY) && !(s->op & MEND_STEP_REDUCE) && !s->flags;
+    if (!toDst && got > rc->slotBytes) return badDirect(w, rc, "it is larger than a slot", res);
+    char* dst = toDst ? bufAt(w, s->dst, seg) : (char*)in;
+    if (takeDirect(w, rc, in, got, dst, res) < 0) return -1;
+    if (!toDst) moveData(w, s, seg, n, in, out);
+    else if (out) memcpy(out, dst, bytes);
+  } else {
+    moveData(w, s, seg, n, in, out); /* with a direct send, out is NULL: only the copy to dst, if any */
+  }
+  if (sendDirect) {
+    postDirect(w, s, seg, sc, sTail, slot, bytes);
+  } else if (sc) {
     if (sFirst) { /* the signature behind the data */
       memcpy(out + posted - MEND_OPSIG_BYTES, &w->args.sig, MEND_OPSIG_BYTES);
       w->st.sigDone |= 1u << s->sendPeer;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Single copy between rank processes of one host (src/device/host_direct.c, MEND_SHM_DIRECT): a
-# receiver reads large send/recv chunks from the sender's memory with process_vm_readv once it has
-# checked that it can.  Rank processes started by mend-run: AlltoAll and a send/recv ring with their
+# receiver reads large send/recv chunks (and a ring AllGather's) from the sender's memory with
+# process_vm_readv once it has checked that it can.  Rank processes started by mend-run: AlltoAll, a
+# send/recv ring and a ring AllGather with their
 # data checked (the perf tools' #wrong columns), where each receiver says which way it reads (INFO,
 # NCCL_DEBUG_SUBSYS=SHM): with single copy on, every receiver reads its senders' memory; with the
 # read refused by the kernel (the fault site shm.direct) or MEND_SHM_DIRECT=0, none does and the data
@@ -42,5 +43,6 @@ run() {
 run alltoall_2 2 alltoall_perf 2 0
 run alltoall_3 3 alltoall_perf 6 0
 run sendrecv_3 3 sendrecv_perf 3 0
+run allgather_3 3 all_gather_perf 3 0 NCCL_ALGO=Ring
 run refused_by_kernel 2 alltoall_perf 0 2 MEND_FAULT_INJECT=shm.direct:1+
 run off 2 alltoall_perf 0 0 MEND_SHM_DIRECT=0

@@ -21,7 +21,8 @@ using mendtest::World;
 
 namespace {
 
-const int kConnP2p = 1;  // kConnP2p (transport.h is C only)
+const int kConnColl = 0;  // MEND_CONN_COLL (transport.h is C only)
+const int kConnP2p = 1;   // MEND_CONN_P2P
 
 std::vector<int32_t> values(int tag, size_t count) {
   std::vector<int32_t> v(count);
@@ -70,10 +71,10 @@ struct Seen {
   uint64_t ok = 0;
   bool directSlot = false;
 };
-Seen seen(World& w, int sender, int receiver, int nChannels) {
+Seen seen(World& w, int sender, int receiver, int nChannels, int connIndex = kConnP2p) {
   Seen s;
   for (int ch = 0; ch < nChannels; ch++) {
-    struct mendFifo* f = w.fifo(ch, kConnP2p, sender, receiver);
+    struct mendFifo* f = w.fifo(ch, connIndex, sender, receiver);
     if (f == nullptr) continue;
     if (f->directOk > s.ok) s.ok = f->directOk;
     for (int i = 0; i < MEND_FIFO_SLOTS; i++) s.directSlot |= (f->bytes[i] & MEND_FIFO_DIRECT) != 0;
@@ -101,6 +102,60 @@ TEST(HostEngineDirect, SendRecvAndAlltoAllReadInPlace) {
       EXPECT_TRUE(s.directSlot) << "n " << n << ": rank " << r << " posted no direct slot";
     }
   }
+}
+
+// A ring AllGather's sends are read in place too (their data is then final in the output, written
+// once), out of place and in place; a ring Broadcast's never are (its sends stay copies: slower
+// where measured), nor is anything of an AllReduce.
+TEST(HostEngineDirect, RingAllGatherOnly) {
+  ScopedEnv min("MEND_SHM_DIRECT_MIN", "512");
+  ScopedEnv algo("NCCL_ALGO", "Ring");
+  for (int n : {2, 3, 5}) {
+    World w(n, 2, 8 * 1024);
+    size_t count = 30011;
+    for (int round = 0; round < 2; round++)  // the first probes, the second reads
+      for (int inPlace = 0; inPlace < 2; inPlace++) {
+        std::vector<std::vector<int32_t>> in(n), out(n, std::vector<int32_t>(count * n + 1, -1));
+        for (int r = 0; r < n; r++) {
+          in[r] = values(7 + r + round, count);
+          if (inPlace) memcpy(out[r].data() + (size_t)r * count, in[r].data(), count * sizeof(int32_t));
+        }
+        ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+        for (int r = 0; r < n; r++)
+          ASSERT_EQ(ncclAllGather(inPlace ? out[r].data() + (size_t)r * count : in[r].data(), out[r].data(), count,
+                                  ncclInt32, w.comm(r), nullptr),
+                    ncclSuccess);
+        ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+        for (int r = 0; r < n; r++) {
+          for (int p = 0; p < n; p++)
+            ASSERT_EQ(0, memcmp(out[r].data() + (size_t)p * count, in[p].data(), count * sizeof(int32_t)))
+                << "n " << n << (inPlace ? " in place" : " out of place") << ", rank " << r << " block of " << p;
+          ASSERT_EQ(out[r][count * n], -1) << "written past the end";
+        }
+      }
+    int direct = 0;
+    for (int r = 0; r < n; r++)
+      for (int q = 0; q < n; q++)
+        if (q != r) direct += seen(w, r, q, 2, kConnColl).directSlot;
+    EXPECT_GE(direct, n) << "n " << n << ": every rank sends on to the next in a ring";
+  }
+  World w(3, 2, 8 * 1024);
+  size_t count = 100003;
+  for (int round = 0; round < 2; round++) {
+    std::vector<std::vector<int32_t>> buf(3, std::vector<int32_t>(count, -1));
+    buf[1] = values(5, count);
+    std::vector<int32_t> want = buf[1];
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 3; r++)
+      ASSERT_EQ(ncclBroadcast(buf[r].data(), buf[r].data(), count, ncclInt32, 1, w.comm(r), nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (int r = 0; r < 3; r++) ASSERT_EQ(buf[r], want) << "rank " << r;
+  }
+  for (int r = 0; r < 3; r++)
+    for (int q = 0; q < 3; q++)
+      if (q != r) {
+        EXPECT_FALSE(seen(w, r, q, 2, kConnColl).directSlot) << "Broadcast " << r << " -> " << q;
+      }
 }
 
 // MEND_SHM_DIRECT=0: the receiver refuses, every chunk is copied through the FIFO.
