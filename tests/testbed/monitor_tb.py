@@ -37,6 +37,7 @@ from testbed import Testbed  # noqa: E402
 # messages ran at a fifth of the rate (8 / (5 + 3 x 5) < 1/2), plus the 10 ms snapshot period and
 # scheduling on a loaded 2-core host (measured 7.8 and 74 ms).
 THROTTLE_BOUND_S = 0.15
+STALL_S = 0.03  # a send in flight this long shows the black hole (see blackhole())
 FAULT_AT_S = 2.0
 JOB = ["-b", "4M", "-e", "4M", "-n", "1", "-w", "0", "-c", "150"]
 SAMPLE = re.compile(r'^(\w+)\{([^}]*)\} (\S+)$')
@@ -187,12 +188,19 @@ def blackhole(args, ck, workdir):
     if not job_ok(ck, name, res, t):
         return
     after = [(stamp, rows) for stamp, rows in snaps if stamp >= t[0]]
-    stall = next((s for s, rows in after if any(v > 0.05 for v in values(rows, "mend_conn_stalled_seconds"))), None)
+    # A send stalled past STALL_S: far past a healthy chunk's time (512 KiB at 1 gbit: 4 ms), and short
+    # of the detector's verdict (60-64 ms after the path fell silent): with 50 ms the 10 ms snapshot grid
+    # once put the first stalled snapshot 1 ms after the failover's.  None may show before the fault.
+    stalled = lambda rows: any(v > STALL_S for v in values(rows, "mend_conn_stalled_seconds"))  # noqa: E731
+    early = sum(1 for stamp, rows in snaps if stamp < t[0] and stalled(rows))
+    ck(early == 0, name + "_no_false_stall", "no send stalled past %.0f ms before the fault" % (STALL_S * 1e3),
+       "%d snapshots before it did" % early)
+    stall = next((s for s, rows in after if stalled(rows)), None)
     fail = next((s for s, rows in after if any(v > 0 for v in values(rows, "mend_comm_failovers_total"))), None)
     down = next((s for s, rows in after if any(v == 1 for v in values(rows, "mend_nic_state", nic=0))), None)
     ms = lambda x: "%.0f ms" % ((x - t[1]) * 1e3) if x is not None else "never"  # noqa: E731
-    print("# blackhole: after the bridge command, a send stalled > 50 ms in the snapshot of %s, the failover at %s, "
-          "rail 0 down in the health registry at %s" % (ms(stall), ms(fail), ms(down)))
+    print("# blackhole: after the bridge command, a send stalled > %.0f ms in the snapshot of %s, the failover at %s, "
+          "rail 0 down in the health registry at %s" % (STALL_S * 1e3, ms(stall), ms(fail), ms(down)))
     ck(stall is not None and (fail is None or stall <= fail), name + "_drop", "the drop shows (a send stalled) before the failover")
     ck(fail is not None, name + "_failover", "the failover shows (mend_comm_failovers_total > 0)")
     ck(down is not None, name + "_state", "the black-holed NIC shows down (mend_nic_state 1)")
