@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -93,6 +94,27 @@ inline void expectAbortStopsAWait(World& w) {
   EXPECT_NE(res, ncclSuccess);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
   mendCommSetAbortFlag(w.comm(0), 0);
+}
+
+// One group in which every rank r sends `count` elements at src[r] to rank r + 1 and receives rank
+// r - 1's into dst[r] (the ring shift), checked against the sender's data; dst[r] holds one more
+// element, `guard`, that must stay as it was.
+template <typename T>
+inline void ringShift(World& w, const std::vector<std::vector<T>>& src, std::vector<std::vector<T>>& dst,
+                      size_t count, ncclDataType_t type, T guard) {
+  int n = w.n();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++) {
+    ASSERT_EQ(ncclSend(src[r].data(), count, type, (r + 1) % n, w.comm(r), nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(dst[r].data(), count, type, (r + n - 1) % n, w.comm(r), nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; r++) {
+    // (memcmp only with a count: an empty vector's data() is NULL, which memcmp must not get.)
+    ASSERT_TRUE(count == 0 || memcmp(dst[r].data(), src[(r + n - 1) % n].data(), count * sizeof(T)) == 0)
+        << "n " << n << " count " << count << " rank " << r;
+    ASSERT_EQ(dst[r][count], guard) << "n " << n << " rank " << r << ": written past the end";
+  }
 }
 
 }  // namespace mendtest
