@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "loopback_world.h"
@@ -216,4 +218,27 @@ TEST(HostEngineDirect, UnreadableSlotFails) {
   ASSERT_EQ(ncclSend(src.data(), src.size(), ncclInt32, 1, w.comm(0), nullptr), ncclSuccess);
   ASSERT_EQ(ncclRecv(dst.data(), dst.size(), ncclInt32, 0, w.comm(1), nullptr), ncclSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSystemError);
+}
+
+// A sender whose every chunk went as a direct slot has run all its steps, but waits for them to be
+// read: a receiver that never comes leaves it waiting until the abort flag, which ends the call with
+// an error within seconds, as for any other wait.
+TEST(HostEngineDirect, AbortStopsAWaitForReads) {
+  ScopedEnv min("MEND_SHM_DIRECT_MIN", "512");
+  World w(2, 1, 8 * 1024);  // 1 KiB slots, 8 of them
+  exchange(w, 30011);       // connects; rank 1 welcomes rank 0's direct slots
+  ASSERT_EQ(seen(w, 0, 1, 1).ok, 1u);
+  std::vector<int32_t> src = values(3, 1024);  // 4 KiB: four direct slots, all posted at once
+  ncclResult_t res = ncclSuccess;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread th([&] { res = ncclSend(src.data(), src.size(), ncclInt32, 1, w.comm(0), nullptr); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  struct mendFifo* f = w.fifo(0, kConnP2p, 0, 1);
+  uint64_t posted = __atomic_load_n(&f->tail, __ATOMIC_ACQUIRE) - __atomic_load_n(&f->head, __ATOMIC_ACQUIRE);
+  EXPECT_GE(posted, 4u) << "the sender posted its chunks and waits for their reads";
+  mendCommSetAbortFlag(w.comm(0), 1);
+  th.join();
+  EXPECT_NE(res, ncclSuccess);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  mendCommSetAbortFlag(w.comm(0), 0);
 }
