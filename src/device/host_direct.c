@@ -76,13 +76,16 @@ void mendDirectProbe(struct mendFifo* f, int rank, int peer) {
   uint64_t theirs = 0;
   int ok = sameProcess(f);
   if (!ok && pid <= (uint64_t)INT32_MAX) {
-    if (readFrom((pid_t)pid, &theirs, f->directAt, sizeof theirs) == 0) ok = theirs == f->directToken;
-    else INFO(NCCL_SHM | NCCL_P2P, "Rank %d: cannot read rank %d's memory (pid %lu): %s; its sends come through the "
-              "FIFO (two copies)", rank, peer, (unsigned long)pid, strerror(errno));
+    if (readFrom((pid_t)pid, &theirs, f->directAt, sizeof theirs) == 0) {
+      ok = theirs == f->directToken;
+    } else {
+      INFO(NCCL_SHM | NCCL_P2P, "Rank %d: cannot read rank %d's memory (pid %lu): %s; its sends come through the FIFO",
+           rank, peer, (unsigned long)pid, strerror(errno));
+    }
   }
   if (!ok && theirs != 0)
-    INFO(NCCL_SHM | NCCL_P2P, "Rank %d: pid %lu is not rank %d's process here (another PID namespace?); its sends "
-         "come through the FIFO (two copies)", rank, (unsigned long)pid, peer);
+    INFO(NCCL_SHM | NCCL_P2P, "Rank %d: pid %lu is not rank %d's process here (another PID namespace?); its sends come "
+         "through the FIFO", rank, (unsigned long)pid, peer);
   if (ok)
     INFO(NCCL_SHM | NCCL_P2P, "Rank %d: reads rank %d's large sends from its memory (single copy, %s)", rank, peer,
          sameProcess(f) ? "same process" : "process_vm_readv");

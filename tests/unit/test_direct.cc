@@ -53,7 +53,8 @@ void exchange(World& w, size_t count) {
     ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
     for (int r = 0; r < n; r++)
       for (int p = 0; p < n; p++)
-        ASSERT_EQ(0, memcmp(out[r].data() + (size_t)p * count, in[p].data() + (size_t)r * count, count * sizeof(int32_t)))
+        ASSERT_EQ(0, memcmp(out[r].data() + (size_t)p * count, in[p].data() + (size_t)r * count,
+                            count * sizeof(int32_t)))
             << "AlltoAll " << (inPlace ? "in place" : "out of place") << ", rank " << r << " block of " << p;
   }
 }
