@@ -209,6 +209,24 @@ static int badDirect(const struct mendWork* w, const struct mendConnector* rc, c
   return -1;
 }
 
+/* The slot at rc's head (`*in`, `*got` bytes) as received: a direct slot has its flag taken off and
+ * `*in` pointed at the slot itself (1), after the checks that this rank welcomed it (-1 and *res
+ * otherwise); any other slot over a latency line's size lets this rank probe its sender (0). */
+static int directIn(const struct mendWork* w, struct mendConnector* rc, uint64_t head, int first, const char** in,
+                    uint64_t* got, ncclResult_t* res) {
+  if (!(*got & MEND_FIFO_DIRECT)) {
+    if (*got > MEND_FIFO_LINE_BYTES && rc->kind != MEND_TRANSPORT_NET && mendFifoPeek(&rc->fifo->directOk) == 0)
+      mendDirectProbe(rc->fifo, w->comm->rank, rc->peer);
+    return 0;
+  }
+  *got &= ~MEND_FIFO_DIRECT;
+  if (first || rc->kind == MEND_TRANSPORT_NET || mendFifoPeek(&rc->fifo->directOk) != 1)
+    return badDirect(w, rc, first ? "it is the operation's first (it must carry the signature)"
+                                  : "this rank never said it could", res);
+  *in = rc->buff + (size_t)(head % (uint64_t)rc->nSlots) * rc->slotBytes; /* never a latency line */
+  return 1;
+}
+
 /* Take the direct slot at rc's head (`in`, `got` bytes without the flag) into dst. */
 static int takeDirect(const struct mendWork* w, const struct mendConnector* rc, const char* in, uint64_t got,
                       char* dst, ncclResult_t* res) {
@@ -221,6 +239,20 @@ static int takeDirect(const struct mendWork* w, const struct mendConnector* rc, 
   mendCommSetAsyncError(w->comm, ncclSystemError);
   *res = ncclSystemError;
   return -1;
+}
+
+/* moveData for a step whose input is the direct slot at rc's head: a receive that copies reads into
+ * place (and copies on from there if it also sends a slot); any other step reads into the slot, then
+ * runs as usual.  0, or -1 with *res. */
+static int moveDirect(const struct mendWork* w, const struct mendProgStep* s, int seg, size_t n,
+                      const struct mendConnector* rc, const char* in, uint64_t got, void* out, ncclResult_t* res) {
+  int toDst = (s->op & MEND_STEP_COPY) && !(s->op & MEND_STEP_REDUCE) && !s->flags;
+  if (!toDst && got > rc->slotBytes) return badDirect(w, rc, "it is larger than a slot", res);
+  char* dst = toDst ? bufAt(w, s->dst, seg) : (char*)in;
+  if (takeDirect(w, rc, in, got, dst, res) < 0) return -1;
+  if (!toDst) moveData(w, s, seg, n, in, out);
+  else if (out) memcpy(out, dst, n * w->args.typeSize);
+  return 0;
 }
 
 /* ---- one step ---- */
@@ -250,17 +282,7 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
       }
       return 0;
     }
-    if (got & MEND_FIFO_DIRECT) {
-      got &= ~MEND_FIFO_DIRECT;
-      direct = 1;
-      if (rFirst || rc->kind == MEND_TRANSPORT_NET || mendFifoPeek(&rc->fifo->directOk) != 1)
-        return badDirect(w, rc, rFirst ? "it is the operation's first (it must carry the signature)"
-                                       : "this rank never said it could", res);
-      in = rc->buff + (size_t)(rHead % (uint64_t)rc->nSlots) * rc->slotBytes; /* never a latency line */
-    } else if (got > MEND_FIFO_LINE_BYTES && rc->kind != MEND_TRANSPORT_NET &&
-               mendFifoPeek(&rc->fifo->directOk) == 0) {
-      mendDirectProbe(rc->fifo, w->comm->rank, rc->peer);
-    }
+    if ((direct = directIn(w, rc, rHead, rFirst, &in, &got, res)) < 0) return -1;
     uint64_t want = bytes;
     if (rFirst) {
       if (sigCheck(w, rc, in, got, res) < 0) return -1;
@@ -294,16 +316,8 @@ static int tryStep(struct mendWork* w, ncclResult_t* res) {
     }
     if (!sendDirect) out = postBuf(sc, sTail, posted, slot);
   }
-  if (direct) { /* a receive that copies reads into place; any other step reads into the slot, then runs */
-    int toDst = (s->op & MEND_STEP_COPY) && !(s->op & MEND_STEP_REDUCE) && !s->flags;
-    if (!toDst && got > rc->slotBytes) return badDirect(w, rc, "it is larger than a slot", res);
-    char* dst = toDst ? bufAt(w, s->dst, seg) : (char*)in;
-    if (takeDirect(w, rc, in, got, dst, res) < 0) return -1;
-    if (!toDst) moveData(w, s, seg, n, in, out);
-    else if (out) memcpy(out, dst, bytes);
-  } else {
-    moveData(w, s, seg, n, in, out); /* with a direct send, out is NULL: only the copy to dst, if any */
-  }
+  if (!direct) moveData(w, s, seg, n, in, out); /* with a direct send, out is NULL: only the copy to dst, if any */
+  else if (moveDirect(w, s, seg, n, rc, in, got, out, res) < 0) return -1;
   if (sendDirect) {
     postDirect(w, s, seg, sc, sTail, slot, bytes);
   } else if (sc) {
