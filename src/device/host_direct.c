@@ -1,11 +1,12 @@
 /*
- * Single copy for send/recv between ranks of one host (transport/fifo.h, MEND_FIFO_DIRECT): the
- * producer leaves a large P2P chunk where it is and posts its address; the consumer copies it into
- * place itself.  A P2P transfer through a FIFO costs two copies (into the slot, out of it), this one.
+ * Single copy for send/recv and ring AllGather between ranks of one host (transport/fifo.h,
+ * MEND_FIFO_DIRECT; which steps: host_engine.c, directSend): the producer leaves a large chunk where
+ * it is and posts its address; the consumer copies it into place itself.  Through a FIFO a chunk
+ * costs two copies (into the slot, out of it), this way one.
  *
  * Who may read whom is settled per connector, once, by the consumer: the producer writes its pid,
  * a random token of its process and the token's address into the FIFO header before its first
- * large P2P slot; the consumer reads that address in the producer's process (process_vm_readv, or
+ * direct-eligible slot; the consumer reads that address in the producer's process (process_vm_readv, or
  * its own memory when it is the same process) and welcomes direct slots (directOk = 1) only when
  * the token is there.  A read the kernel refuses (ptrace rules: Yama's ptrace_scope, other users,
  * other PID namespaces) or a token that does not match (a pid that names another process) leaves

@@ -1,5 +1,5 @@
 /*
- * Single copy for send/recv between ranks of one host (host engine only; transport/fifo.h,
+ * Single copy for send/recv and ring AllGather between ranks of one host (host engine only; transport/fifo.h,
  * MEND_FIFO_DIRECT; host_direct.c says how the two ends agree).
  */
 #ifndef MEND_DEVICE_HOST_DIRECT_H_

@@ -44,7 +44,7 @@ struct mendFifo {
   uint64_t want[4];                /* the consumer's signature (struct mendOpSig) of the work waiting for
                                       its first slot: where both ends share the FIFO (p2p, shm), a stalled
                                       producer that runs another operation sees the mismatch */
-  uint64_t directPid;              /* producer: its process id (set before its first large P2P slot) */
+  uint64_t directPid;              /* producer: its process id (set before its first direct-eligible slot) */
   uint64_t directToken;            /* producer: its process's random token... */
   uint64_t directAt;               /* ...and the token's address in the producer's memory */
   uint64_t directOk;               /* consumer: 0 not probed, 1 direct slots welcome, 2 never */
