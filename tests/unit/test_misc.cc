@@ -240,10 +240,21 @@ TEST_F(LoggingTest, WarnEnableDebugInfoRaisesLevel) {
   EXPECT_NE(log.find("NCCL INFO after the warning"), std::string::npos) << log;
 }
 
-TEST_F(LoggingTest, AbortLevelAbortsOnWarn) {
+// Not a MiscEnv test: a "threadsafe" death test runs the whole test again in a child, SetUp included,
+// and the child dies before TearDown would remove SetUp's directory.  The child alone sets the
+// level; its log goes to stderr, where the abort notice is printed anyway.
+TEST(LoggingAbort, AbortLevelAbortsOnWarn) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  logTo("ABORT", nullptr);
-  EXPECT_DEATH(WARN("fatal %d", 1), "aborting after a WARN");
+  EXPECT_DEATH(
+      {
+        setenv("NCCL_DEBUG", "ABORT", 1);
+        unsetenv("NCCL_DEBUG_FILE");
+        setenv("NCCL_CONF_FILE", "/nonexistent/mend-none.conf", 1);  // keep ~/.nccl.conf out
+        resetAll();
+        mendDebugInit();
+        WARN("fatal %d", 1);
+      },
+      "aborting after a WARN");
 }
 
 TEST_F(LoggingTest, UnknownLevelFallsBackToWarn) {
