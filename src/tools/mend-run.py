@@ -247,9 +247,13 @@ class LocalRun:
             log.seek(0)
             for line in log.read().decode(errors="replace").splitlines()[-40:]:
                 sys.stderr.write("[%d] %s\n" % (r, line))
+
+    def cleanup(self):
+        """Closes the ranks' logs and removes their folder (after report(), or when interrupted)."""
         for log in self.logs:
             if log:
                 log.close()
+        self.logs = []
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def interrupt(self):
@@ -323,8 +327,11 @@ def main(argv=None):
         sys.exit(130 if signum == signal.SIGINT else 143)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    run.start()
-    return run.wait()
+    try:
+        run.start()
+        return run.wait()
+    finally:
+        run.cleanup()
 
 
 if __name__ == "__main__":

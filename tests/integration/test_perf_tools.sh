@@ -226,5 +226,17 @@ run mendrun_timeout "$RUN" -np 2 --timeout 1 sleep 30
 if [ "$rc" -eq 124 ]; then ok mendrun_timeout; else notok mendrun_timeout "$TMP/mendrun_timeout.out"; fi
 run mendrun_failfast "$RUN" -np 2 --grace 1 sh -c '[ "$RANK" = 1 ] && exit 3; sleep 30'
 if [ "$rc" -eq 3 ]; then ok mendrun_failfast; else notok mendrun_failfast "$TMP/mendrun_failfast.out"; fi
+# SIGTERM to mend-run: its ranks killed, exit 143, and its folder of rank logs removed (the rank
+# processes' own TMPDIR is a fresh folder that must end empty).
+mkdir -p "$TMP/mr_tmp"
+TMPDIR="$TMP/mr_tmp" "$RUN" -np 2 sh -c 'echo $$ > "'"$TMP"'/mr_pid.$RANK"; exec sleep 30' > "$TMP/mendrun_sigterm.out" 2>&1 &
+mr=$!
+for _ in $(seq 100); do [ -s "$TMP/mr_pid.0" ] && [ -s "$TMP/mr_pid.1" ] && break; sleep 0.1; done
+kill -TERM "$mr"; wait "$mr"; rc=$?
+alive=""
+for f in "$TMP"/mr_pid.*; do [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive="$alive $(cat "$f")"; done
+left=$(ls -A "$TMP/mr_tmp")
+if [ "$rc" -eq 143 ] && [ -z "$alive" ] && [ -z "$left" ]; then ok mendrun_sigterm
+else echo "    rc=$rc alive:$alive left: $left" >> "$TMP/mendrun_sigterm.out"; notok mendrun_sigterm "$TMP/mendrun_sigterm.out"; fi
 
 exit $((fails > 0))
