@@ -32,13 +32,18 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) memmove(dst, src, bytes);
 }
 
-/* The AVX-512 loops of the narrow floats (x86-64 compilers with target attributes): compiled for
- * that ISA whatever the build's -march, and run only where the CPU reports it. */
+/* The AVX2 (with F16C) and AVX-512 loops of the narrow floats (x86-64 compilers with target
+ * attributes): compiled for that ISA whatever the build's -march, and run only where the CPU reports
+ * it.  No FMA in the AVX2 target: every multiply and add rounds on its own, as dtypes.h's do. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#define MEND_RED_V3 1
+#define MEND_RED_V3_TARGET __attribute__((target("avx2,f16c")))
 #define MEND_RED_V4 1
 #define MEND_RED_V4_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
 #include "device/reduce_x86.h"
 #else
+#define MEND_RED_V3 0
 #define MEND_RED_V4 0
 #endif
 /* A third set where the compiler knows AVX512_BF16 and AVX512_VBMI (and can ask the CPU for them:
@@ -53,6 +58,9 @@ static inline void copyPlain(void* dst, const void* src, size_t bytes) {
 #endif
 
 #include "device/reduce_fp8.h"
+#if MEND_RED_V3
+#include "device/reduce_x86_v3.h"
+#endif
 #if MEND_RED_V4
 #include "device/reduce_x86_fp8.h"
 #include "device/reduce_x86_bf16.h"
@@ -72,35 +80,52 @@ static mendRedFn redTableV4B[ncclNumTypes][MEND_RED_NKINDS];
 static mendRedCopyFn copyTableV4B[ncclNumTypes][MEND_RED_NKINDS];
 #endif
 
-/* The tables of set vec (0 baseline, 1 AVX-512, 2 AVX-512 with AVX512_BF16 and VBMI), or of the best
- * set the CPU has under it. */
+/* The tables of set vec (MEND_RED_SET_*), or of the best set the CPU has under it. */
 static void vecTables(int vec, redTableRef* red, copyTableRef* copy) {
   *red = redTable;
   *copy = copyTable;
+#if MEND_RED_V3
+  if (vec >= MEND_RED_SET_AVX2 && vecAvailable >= MEND_RED_SET_AVX2) {
+    *red = redTableV3;
+    *copy = copyTableV3;
+  }
+#endif
 #if MEND_RED_V4
-  if (vec >= 1 && vecAvailable >= 1) {
+  if (vec >= MEND_RED_SET_AVX512 && vecAvailable >= MEND_RED_SET_AVX512) {
     *red = redTableV4;
     *copy = copyTableV4;
   }
 #endif
 #if MEND_RED_V4B
-  if (vec >= 2 && vecAvailable >= 2) {
+  if (vec >= MEND_RED_SET_AVX512B && vecAvailable >= MEND_RED_SET_AVX512B) {
     *red = (redTableRef)redTableV4B;
     *copy = (copyTableRef)copyTableV4B;
   }
 #endif
 }
 
+#if MEND_RED_V3
+/* F16C from CPUID leaf 1 (ECX bit 29): not every compiler's __builtin_cpu_supports knows "f16c". */
+static int cpuHasF16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 static void vecPick(void) {
-#if MEND_RED_V4
+#if MEND_RED_V3
   __builtin_cpu_init();
-  vecAvailable = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                 __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  if (__builtin_cpu_supports("avx2") && cpuHasF16c()) vecAvailable = MEND_RED_SET_AVX2;
+#endif
+#if MEND_RED_V4
+  if (vecAvailable && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    vecAvailable = MEND_RED_SET_AVX512;
 #endif
 #if MEND_RED_V4B
-  if (vecAvailable && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi")) {
-    vecAvailable = 2;
+  if (vecAvailable == MEND_RED_SET_AVX512 && __builtin_cpu_supports("avx512bf16") &&
+      __builtin_cpu_supports("avx512vbmi")) {
+    vecAvailable = MEND_RED_SET_AVX512B;
     f8DecFill();
     memcpy(redTableV4B, redTableV4, sizeof redTableV4B);
     memcpy(copyTableV4B, copyTableV4, sizeof copyTableV4B);
@@ -115,11 +140,20 @@ static void vecPick(void) {
 #undef V4B_ROW
   }
 #endif
-  vecActive = mendParamReduceVec() != 0 ? vecAvailable : 0;
+  vecActive = mendParamReduceVec() != 0 ? vecAvailable : MEND_RED_SET_BASELINE;
   vecTables(vecActive, &redActive, &copyActive);
-  INFO(NCCL_INIT, "Host reductions of half, bf16 and fp8: %s loops (MEND_REDUCE_VEC=%lld, AVX-512 %s)",
-       vecActive == 2 ? "AVX-512 with AVX512_BF16 and VBMI" : vecActive ? "AVX-512" : "baseline",
-       (long long)mendParamReduceVec(), vecAvailable == 2 ? "present, with AVX512_BF16 and VBMI" : vecAvailable ? "present" : "absent");
+  INFO(NCCL_INIT, "Host reductions of half, bf16 and fp8: %s loops (MEND_REDUCE_VEC=%lld; the CPU's best: %s)",
+       mendReduceSetName(vecActive), (long long)mendParamReduceVec(), mendReduceSetName(vecAvailable));
+}
+
+const char* mendReduceSetName(int vec) {
+  switch (vec) {
+    case MEND_RED_SET_BASELINE: return "baseline";
+    case MEND_RED_SET_AVX2: return "AVX2 with F16C";
+    case MEND_RED_SET_AVX512: return "AVX-512";
+    case MEND_RED_SET_AVX512B: return "AVX-512 with AVX512_BF16 and VBMI";
+    default: return "invalid";
+  }
 }
 
 int mendReduceVec(void) {

@@ -92,12 +92,19 @@ void mendReduce(const struct mendRedOp* op, void* dst, const void* local, const 
  * (memmove: dst may equal src).  For a rank sending its own input first, or writing a result. */
 void mendReduceCopy(const struct mendRedOp* op, void* dst, const void* src, size_t n, int flags);
 
-/* The loops behind mendReduce/mendReduceCopy: half, bf16 and fp8 have a second set for AVX-512
- * (F16C for half), and bf16 a third that rounds with AVX512_BF16's conversion, chosen once from
- * the CPU and MEND_REDUCE_VEC; every other type has one set.  All sets give the same bits.
- * mendReduceVec: the set in use (0 baseline, 1 AVX-512, 2 AVX-512 with BF16); ...Available: the
- * best the CPU has.  The ...With forms run a given set, or the best the CPU has under it: tests and
- * benchmarks compare them. */
+/* The loops behind mendReduce/mendReduceCopy: half, bf16 and fp8 have more sets than the baseline
+ * (x86-64's SSE2): one for AVX2 with F16C, one for AVX-512, and one for AVX-512 with AVX512_BF16
+ * and AVX512_VBMI, chosen once from the CPU and MEND_REDUCE_VEC; every other type has one set.  All
+ * sets give the same bits.  mendReduceVec: the set in use; ...Available: the best the CPU has.  The
+ * ...With forms run a given set, or the best the CPU has under it: tests and benchmarks compare
+ * them.  Each set's CPU has every earlier set's instructions. */
+enum {
+  MEND_RED_SET_BASELINE = 0,
+  MEND_RED_SET_AVX2 = 1,
+  MEND_RED_SET_AVX512 = 2,
+  MEND_RED_SET_AVX512B = 3,
+};
+const char* mendReduceSetName(int vec);
 int mendReduceVec(void);
 int mendReduceVecAvailable(void);
 void mendReduceWith(int vec, const struct mendRedOp* op, void* dst, const void* local, const void* peer, size_t n,

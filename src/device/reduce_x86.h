@@ -2,7 +2,7 @@
  * Half-precision reductions with F16C on AVX-512 (x86-64), included by src/device/reduce.c where
  * MEND_RED_V4 is 1.  Sixteen halves at a time: vcvtph2ps (exact), the float operation, vcvtps2ph
  * with round-to-nearest-even: the same IEEE steps as dtypes.h's mendSumF16 etc., so the results are
- * the same bits (tests/unit/test_reduce_isa.cc compares every loop with the baseline one).  Max and
+ * the same bits (tests/unit/test_reduce_vec.cc compares every loop with the baseline one).  Max and
  * min compare in float and return an operand's own bits, as the scalar code does.  The tail (n not
  * a multiple of 16) runs the scalar code.
  */

@@ -125,11 +125,9 @@ static int reduceBw(void) {
     return 1;
   }
   printf("# host reductions: GB/s of one input (dst = a op b); x float: ratio to float's GB/s, same op, size, loops\n");
-  printf("# vector loops %s (MEND_REDUCE_VEC selects them for collectives: %s)\n",
-         mendReduceVecAvailable() == 2   ? "available (AVX-512, F16C, AVX512_BF16)"
-         : mendReduceVecAvailable() ? "available (AVX-512, F16C)"
-                                    : "not available on this CPU",
-         mendReduceVec() ? "on" : "off");
+  printf("# vector loops: %s on this CPU (collectives use %s: MEND_REDUCE_VEC=%s)\n",
+         mendReduceVecAvailable() ? mendReduceSetName(mendReduceVecAvailable()) : "none",
+         mendReduceSetName(mendReduceVec()), mendReduceVec() ? "1" : "0");
   printf("%-8s %-5s %8s %10s %10s %9s %9s\n", "type", "op", "size", "baseline", "vector", "x float", "elem G/s");
   for (size_t s = 0; s < 2; s++) {
     for (size_t o = 0; o < 4; o++) {
@@ -138,7 +136,7 @@ static int reduceBw(void) {
         fillOperands(types[t], a, sizes[1]);
         fillOperands(types[t], b, sizes[1]);
         double base = reduceRate(0, types[t], ops[o], d, a, b, sizes[s]);
-        double vec = reduceRate(2, types[t], ops[o], d, a, b, sizes[s]);
+        double vec = reduceRate(mendReduceVecAvailable(), types[t], ops[o], d, a, b, sizes[s]);
         double best = vec > base ? vec : base;
         if (t == 0) fl = best;
         printf("%-8s %-5s %6zuMi %10.2f %10.2f %9.2f %9.2f\n", mendTypeName(types[t]), mendOpName(ops[o]),

@@ -1,5 +1,5 @@
-// The vector loops of the narrow floats (AVX-512 / F16C, src/device/reduce_x86.h and the generated
-// V4 loops; bf16's with AVX512_BF16 rounding where the CPU has it) and the fp8 result tables (src/device/reduce_fp8.h) give the same bits as the baseline
+// The vector loops of the narrow floats (every set the CPU has: AVX2 with F16C, src/device/reduce_x86_v3.h;
+// AVX-512, reduce_x86.h and friends; bf16's with AVX512_BF16 rounding; and the generated V3/V4 loops) and the fp8 result tables (src/device/reduce_fp8.h) give the same bits as the baseline
 // loops and as dtypes.h's element functions: every fp8 pair, every half/bf16 value against a set of
 // partners that covers the special values, every kind, unaligned pointers and every tail length.
 #include <gtest/gtest.h>
@@ -118,7 +118,7 @@ void checkPairs(ncclDataType_t type, const std::vector<S>& a, const std::vector<
 }
 
 void skipWithoutVec() {
-  if (!mendReduceVecAvailable()) GTEST_SKIP() << "no AVX-512/F16C on this CPU: only the baseline loops exist";
+  if (!mendReduceVecAvailable()) GTEST_SKIP() << "no AVX2 with F16C on this CPU: only the baseline loops exist";
 }
 
 }  // namespace
