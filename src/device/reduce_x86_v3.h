@@ -146,12 +146,6 @@ V3_INLINE __m256i b8RoundW(__m256 f) {
 V3_INLINE __m256i b8Round2(__m256 f0, __m256 f1) {
   return _mm256_permute4x64_epi64(_mm256_packus_epi32(b8RoundW(f0), b8RoundW(f1)), 0xd8);
 }
-/* 8 floats -> 8 bf16 (the codes are below 2^16: the unsigned saturation never applies). */
-V3_INLINE __m128i b8Round(__m256 f) {
-  __m256i w = b8RoundW(f);
-  return _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-}
-
 #define B8_ST256(p, v) _mm256_storeu_si256((__m256i*)(void*)(p), (v))
 
 /* d = op(a, b) in float, rounded; sixteen at a time. */
@@ -166,6 +160,9 @@ V3_INLINE __m128i b8Round(__m256 f) {
 B8_BINARY(redSumBf16V3, _mm256_add_ps, mendSumBf16)
 B8_BINARY(redProdBf16V3, _mm256_mul_ps, mendProdBf16)
 
+/* A value rounded to bf16 and read back, without leaving 32-bit lanes (the code shifted back up). */
+V3_INLINE __m256 b8Reread(__m256 f) { return _mm256_castsi256_ps(_mm256_slli_epi32(b8RoundW(f), 16)); }
+
 /* PreMulSum: the own input times the scalar (rounded to bf16), then the sum (rounded). */
 MEND_RED_V3_TARGET static void redPreMulSumBf16V3(RED_PARAMS) {
   if (!(flags & MEND_RED_PREOP)) {
@@ -177,9 +174,9 @@ MEND_RED_V3_TARGET static void redPreMulSumBf16V3(RED_PARAMS) {
   redScalar(op, &s, sizeof s);
   __m256 vs = _mm256_set1_ps(mendBf16ToFloat(s));
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 p = b8Widen(b8Round(_mm256_mul_ps(B8_LOAD(a + i), vs)));
-    V3_ST128(d + i, b8Round(_mm256_add_ps(p, B8_LOAD(b + i))));
+  for (; i + 16 <= n; i += 16) {
+    __m256 p0 = b8Reread(_mm256_mul_ps(B8_LOAD(a + i), vs)), p1 = b8Reread(_mm256_mul_ps(B8_LOAD(a + i + 8), vs));
+    B8_ST256(d + i, b8Round2(_mm256_add_ps(p0, B8_LOAD(b + i)), _mm256_add_ps(p1, B8_LOAD(b + i + 8))));
   }
   for (; i < n; i++) d[i] = mendSumBf16(mendProdBf16(a[i], s), b[i]);
 }
@@ -194,7 +191,8 @@ MEND_RED_V3_TARGET static void copyPreMulBf16V3(COPY_PARAMS) {
   redScalar(op, &s, sizeof s);
   __m256 vs = _mm256_set1_ps(mendBf16ToFloat(s));
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) V3_ST128(d + i, b8Round(_mm256_mul_ps(B8_LOAD(a + i), vs)));
+  for (; i + 16 <= n; i += 16)
+    B8_ST256(d + i, b8Round2(_mm256_mul_ps(B8_LOAD(a + i), vs), _mm256_mul_ps(B8_LOAD(a + i + 8), vs)));
   for (; i < n; i++) d[i] = mendProdBf16(a[i], s);
 }
 
