@@ -85,4 +85,50 @@ static inline void fp8LookupPreMul(const uint8_t* sum, const uint8_t* prod, mend
 FP8_LOOPS(E4m3, FP8_E4M3)
 FP8_LOOPS(E5m2, FP8_E5M2)
 
+/* The sum, product, PreMulSum and pre-multiplied copy loops of a vector set, W elements a step:
+ * NAME is the set's suffix (V3, V4) and T its target attribute; STEP the prefix of its inline steps
+ * (STEP##Sum##Tag(x, y) of two loads, STEP##Prod##Tag(x, y) of a load and decoded floats,
+ * STEP##Decode##Tag(x)); LD and ST load and store W bytes, SPLAT(s) makes W copies of byte s.  The
+ * tails (n mod W) read the tables above. */
+#define FP8_VEC_LOOPS(Tag, FMT, NAME, T, W, STEP, LD, ST, SPLAT)                                   \
+  T static void redSum##Tag##NAME(RED_PARAMS) {                                                    \
+    RED_PTRS(mendUFp8);                                                                            \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) ST(d + i, STEP##Sum##Tag(LD(a + i), LD(b + i)));                    \
+    fp8Lookup(fp8Table(FMT, FP8_SUM), d + i, a + i, b + i, n - i);                                 \
+  }                                                                                                \
+  T static void redProd##Tag##NAME(RED_PARAMS) {                                                   \
+    RED_PTRS(mendUFp8);                                                                            \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) ST(d + i, STEP##Prod##Tag(LD(a + i), STEP##Decode##Tag(LD(b + i)))); \
+    fp8Lookup(fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, n - i);                                \
+  }                                                                                                \
+  T static void redPreMulSum##Tag##NAME(RED_PARAMS) {                                              \
+    if (!(flags & MEND_RED_PREOP)) {                                                               \
+      redSum##Tag##NAME(op, dst, x, y, n, flags);                                                  \
+      return;                                                                                      \
+    }                                                                                              \
+    RED_PTRS(mendUFp8);                                                                            \
+    uint8_t s;                                                                                     \
+    redScalar(op, &s, sizeof s);                                                                   \
+    const __typeof__(STEP##Decode##Tag(SPLAT(s))) vs = STEP##Decode##Tag(SPLAT(s));               \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) /* the product is rounded to fp8 before the sum */                  \
+      ST(d + i, STEP##Sum##Tag(STEP##Prod##Tag(LD(a + i), vs), LD(b + i)));                        \
+    fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, s, n - i); \
+  }                                                                                                \
+  T static void copyPreMul##Tag##NAME(COPY_PARAMS) {                                               \
+    if (!(flags & MEND_RED_PREOP)) {                                                               \
+      copyPlain(dst, x, n);                                                                        \
+      return;                                                                                      \
+    }                                                                                              \
+    COPY_PTRS(mendUFp8);                                                                           \
+    uint8_t s;                                                                                     \
+    redScalar(op, &s, sizeof s);                                                                   \
+    const __typeof__(STEP##Decode##Tag(SPLAT(s))) vs = STEP##Decode##Tag(SPLAT(s));               \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) ST(d + i, STEP##Prod##Tag(LD(a + i), vs));                          \
+    fp8LookupScalar(fp8Table(FMT, FP8_PROD), d + i, a + i, s, n - i);                              \
+  }
+
 #endif

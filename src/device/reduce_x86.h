@@ -17,23 +17,84 @@
 /* A value rounded to half and read back (what a scalar step that returns a half leaves). */
 #define H16_REREAD(v) _mm512_cvtph_ps(H16_ROUND(v))
 
-typedef uint16_t mendUF16V4 __attribute__((aligned(1)));
+typedef uint16_t mendUF16V __attribute__((aligned(1)));
 
-/* d = op(a, b) in float, rounded once. */
-#define H16_BINARY(Name, vop, sop)                                                   \
-  MEND_RED_V4_TARGET static void Name(RED_PARAMS) {                                  \
-    RED_PTRS(mendUF16V4);                                                            \
-    size_t i = 0;                                                                    \
-    for (; i + 16 <= n; i += 16) H16_STORE(d + i, vop(H16_LOAD(a + i), H16_LOAD(b + i))); \
-    for (; i < n; i++) d[i] = sop(a[i], b[i]);                                       \
+/* Half's loops but max and min, for one vector set: NAME its suffix (V3, V4), T its target attribute,
+ * W halves a step.  LOAD(p): W halves as floats (exact); STORE(p, v): W floats as halves rounded to
+ * nearest even; REREAD(v): floats rounded to half and back (what a scalar step that returns a half
+ * leaves); SET1, ADD, MUL, DIV: the float vector's operations.  The tails run dtypes.h's code. */
+#define H_VEC_LOOPS(NAME, T, W, LOAD, STORE, REREAD, SET1, ADD, MUL, DIV)                          \
+  /* d = op(a, b) in float, rounded once. */                                                       \
+  T static void redSumF16##NAME(RED_PARAMS) {                                                      \
+    RED_PTRS(mendUF16V);                                                                           \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) STORE(d + i, ADD(LOAD(a + i), LOAD(b + i)));                        \
+    for (; i < n; i++) d[i] = mendSumF16(a[i], b[i]);                                              \
+  }                                                                                                \
+  T static void redProdF16##NAME(RED_PARAMS) {                                                     \
+    RED_PTRS(mendUF16V);                                                                           \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) STORE(d + i, MUL(LOAD(a + i), LOAD(b + i)));                        \
+    for (; i < n; i++) d[i] = mendProdF16(a[i], b[i]);                                             \
+  }                                                                                                \
+  /* PreMulSum: the own input times the scalar (rounded to half), then the sum (rounded). */       \
+  T static void redPreMulSumF16##NAME(RED_PARAMS) {                                                \
+    if (!(flags & MEND_RED_PREOP)) {                                                               \
+      redSumF16##NAME(op, dst, x, y, n, flags);                                                    \
+      return;                                                                                      \
+    }                                                                                              \
+    RED_PTRS(mendUF16V);                                                                           \
+    uint16_t s;                                                                                    \
+    redScalar(op, &s, sizeof s);                                                                   \
+    const __typeof__(SET1(0.0f)) vs = SET1(mendHalfToFloat(s));                                    \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) STORE(d + i, ADD(REREAD(MUL(LOAD(a + i), vs)), LOAD(b + i)));       \
+    for (; i < n; i++) d[i] = mendSumF16(mendProdF16(a[i], s), b[i]);                              \
+  }                                                                                                \
+  /* SumPostDiv: the sum (rounded), divided by the rank count at the end (rounded). */             \
+  T static void redSumPostDivF16##NAME(RED_PARAMS) {                                               \
+    if (!(flags & MEND_RED_POSTOP)) {                                                              \
+      redSumF16##NAME(op, dst, x, y, n, flags);                                                    \
+      return;                                                                                      \
+    }                                                                                              \
+    RED_PTRS(mendUF16V);                                                                           \
+    const __typeof__(SET1(0.0f)) vn = SET1((float)op->nRanks);                                     \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) STORE(d + i, DIV(REREAD(ADD(LOAD(a + i), LOAD(b + i))), vn));       \
+    for (; i < n; i++) d[i] = mendDivF16(mendSumF16(a[i], b[i]), (uint32_t)op->nRanks);            \
+  }                                                                                                \
+  T static void copyPreMulF16##NAME(COPY_PARAMS) {                                                 \
+    if (!(flags & MEND_RED_PREOP)) {                                                               \
+      copyPlain(dst, x, n * sizeof(uint16_t));                                                     \
+      return;                                                                                      \
+    }                                                                                              \
+    COPY_PTRS(mendUF16V);                                                                          \
+    uint16_t s;                                                                                    \
+    redScalar(op, &s, sizeof s);                                                                   \
+    const __typeof__(SET1(0.0f)) vs = SET1(mendHalfToFloat(s));                                    \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) STORE(d + i, MUL(LOAD(a + i), vs));                                 \
+    for (; i < n; i++) d[i] = mendProdF16(a[i], s);                                                \
+  }                                                                                                \
+  T static void copyPostDivF16##NAME(COPY_PARAMS) {                                                \
+    if (!(flags & MEND_RED_POSTOP)) {                                                              \
+      copyPlain(dst, x, n * sizeof(uint16_t));                                                     \
+      return;                                                                                      \
+    }                                                                                              \
+    COPY_PTRS(mendUF16V);                                                                          \
+    const __typeof__(SET1(0.0f)) vn = SET1((float)op->nRanks);                                     \
+    size_t i = 0;                                                                                  \
+    for (; i + W <= n; i += W) STORE(d + i, DIV(LOAD(a + i), vn));                                 \
+    for (; i < n; i++) d[i] = mendDivF16(a[i], (uint32_t)op->nRanks);                              \
   }
-H16_BINARY(redSumF16V4, _mm512_add_ps, mendSumF16)
-H16_BINARY(redProdF16V4, _mm512_mul_ps, mendProdF16)
+
+H_VEC_LOOPS(V4, MEND_RED_V4_TARGET, 16, H16_LOAD, H16_STORE, H16_REREAD, _mm512_set1_ps, _mm512_add_ps,
+            _mm512_mul_ps, _mm512_div_ps)
 
 /* max: a when a > b or b is NaN, else b (min: a < b); the chosen operand's bits are kept. */
 #define H16_SELECT(Name, cmp, sop)                                                   \
   MEND_RED_V4_TARGET static void Name(RED_PARAMS) {                                  \
-    RED_PTRS(mendUF16V4);                                                            \
+    RED_PTRS(mendUF16V);                                                             \
     size_t i = 0;                                                                    \
     for (; i + 16 <= n; i += 16) {                                                   \
       __m512 x = H16_LOAD(a + i), y = H16_LOAD(b + i);                               \
@@ -46,65 +107,5 @@ H16_BINARY(redProdF16V4, _mm512_mul_ps, mendProdF16)
   }
 H16_SELECT(redMaxF16V4, _CMP_GT_OQ, mendMaxF16)
 H16_SELECT(redMinF16V4, _CMP_LT_OQ, mendMinF16)
-
-/* PreMulSum: the own input times the scalar (rounded to half), then the sum (rounded). */
-MEND_RED_V4_TARGET static void redPreMulSumF16V4(RED_PARAMS) {
-  if (!(flags & MEND_RED_PREOP)) {
-    redSumF16V4(op, dst, x, y, n, flags);
-    return;
-  }
-  RED_PTRS(mendUF16V4);
-  uint16_t s;
-  redScalar(op, &s, sizeof s);
-  __m512 vs = _mm512_set1_ps(mendHalfToFloat(s));
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 p = H16_REREAD(_mm512_mul_ps(H16_LOAD(a + i), vs));
-    H16_STORE(d + i, _mm512_add_ps(p, H16_LOAD(b + i)));
-  }
-  for (; i < n; i++) d[i] = mendSumF16(mendProdF16(a[i], s), b[i]);
-}
-
-/* SumPostDiv: the sum (rounded), divided by the rank count at the end (rounded). */
-MEND_RED_V4_TARGET static void redSumPostDivF16V4(RED_PARAMS) {
-  if (!(flags & MEND_RED_POSTOP)) {
-    redSumF16V4(op, dst, x, y, n, flags);
-    return;
-  }
-  RED_PTRS(mendUF16V4);
-  __m512 vn = _mm512_set1_ps((float)op->nRanks);
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 sum = H16_REREAD(_mm512_add_ps(H16_LOAD(a + i), H16_LOAD(b + i)));
-    H16_STORE(d + i, _mm512_div_ps(sum, vn));
-  }
-  for (; i < n; i++) d[i] = mendDivF16(mendSumF16(a[i], b[i]), (uint32_t)op->nRanks);
-}
-
-MEND_RED_V4_TARGET static void copyPreMulF16V4(COPY_PARAMS) {
-  if (!(flags & MEND_RED_PREOP)) {
-    copyPlain(dst, x, n * sizeof(uint16_t));
-    return;
-  }
-  COPY_PTRS(mendUF16V4);
-  uint16_t s;
-  redScalar(op, &s, sizeof s);
-  __m512 vs = _mm512_set1_ps(mendHalfToFloat(s));
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) H16_STORE(d + i, _mm512_mul_ps(H16_LOAD(a + i), vs));
-  for (; i < n; i++) d[i] = mendProdF16(a[i], s);
-}
-
-MEND_RED_V4_TARGET static void copyPostDivF16V4(COPY_PARAMS) {
-  if (!(flags & MEND_RED_POSTOP)) {
-    copyPlain(dst, x, n * sizeof(uint16_t));
-    return;
-  }
-  COPY_PTRS(mendUF16V4);
-  __m512 vn = _mm512_set1_ps((float)op->nRanks);
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) H16_STORE(d + i, _mm512_div_ps(H16_LOAD(a + i), vn));
-  for (; i < n; i++) d[i] = mendDivF16(a[i], (uint32_t)op->nRanks);
-}
 
 #endif

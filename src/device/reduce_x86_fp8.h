@@ -119,50 +119,10 @@ F8_V4_SELECT(redMinE4m3V4, E4m3, _CMP_LT_OQ, mendMinE4m3)
 F8_V4_SELECT(redMaxE5m2V4, E5m2, _CMP_GT_OQ, mendMaxE5m2)
 F8_V4_SELECT(redMinE5m2V4, E5m2, _CMP_LT_OQ, mendMinE5m2)
 
-/* The loops of one format (FMT: its reduce_fp8.h table index).  Tails (n mod 32) read the tables. */
-#define F8_V4_LOOPS(Tag, FMT)                                                                   \
-  MEND_RED_V4_TARGET static void redSum##Tag##V4(RED_PARAMS) {                                  \
-    RED_PTRS(mendUFp8);                                                                         \
-    size_t i = 0;                                                                               \
-    for (; i + 32 <= n; i += 32) F8_STORE(d + i, f8Sum##Tag(F8_LOAD(a + i), F8_LOAD(b + i)));   \
-    fp8Lookup(fp8Table(FMT, FP8_SUM), d + i, a + i, b + i, n - i);                              \
-  }                                                                                             \
-  MEND_RED_V4_TARGET static void redProd##Tag##V4(RED_PARAMS) {                                 \
-    RED_PTRS(mendUFp8);                                                                         \
-    size_t i = 0;                                                                               \
-    for (; i + 32 <= n; i += 32)                                                                \
-      F8_STORE(d + i, f8Prod##Tag(F8_LOAD(a + i), f8Decode##Tag(F8_LOAD(b + i))));              \
-    fp8Lookup(fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, n - i);                             \
-  }                                                                                             \
-  MEND_RED_V4_TARGET static void redPreMulSum##Tag##V4(RED_PARAMS) {                            \
-    if (!(flags & MEND_RED_PREOP)) {                                                            \
-      redSum##Tag##V4(op, dst, x, y, n, flags);                                                 \
-      return;                                                                                   \
-    }                                                                                           \
-    RED_PTRS(mendUFp8);                                                                         \
-    uint8_t s;                                                                                  \
-    redScalar(op, &s, sizeof s);                                                                \
-    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                           \
-    size_t i = 0;                                                                               \
-    for (; i + 32 <= n; i += 32) /* the product is rounded to fp8 before the sum */             \
-      F8_STORE(d + i, f8Sum##Tag(f8Prod##Tag(F8_LOAD(a + i), vs), F8_LOAD(b + i)));             \
-    fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, s, n - i); \
-  }                                                                                             \
-  MEND_RED_V4_TARGET static void copyPreMul##Tag##V4(COPY_PARAMS) {                             \
-    if (!(flags & MEND_RED_PREOP)) {                                                            \
-      copyPlain(dst, x, n);                                                                     \
-      return;                                                                                   \
-    }                                                                                           \
-    COPY_PTRS(mendUFp8);                                                                        \
-    uint8_t s;                                                                                  \
-    redScalar(op, &s, sizeof s);                                                                \
-    const struct f8x32 vs = f8Decode##Tag(_mm256_set1_epi8((char)s));                           \
-    size_t i = 0;                                                                               \
-    for (; i + 32 <= n; i += 32) F8_STORE(d + i, f8Prod##Tag(F8_LOAD(a + i), vs));              \
-    fp8LookupScalar(fp8Table(FMT, FP8_PROD), d + i, a + i, s, n - i);                           \
-  }
-F8_V4_LOOPS(E4m3, FP8_E4M3)
-F8_V4_LOOPS(E5m2, FP8_E5M2)
+/* The loops of one format (FMT: its reduce_fp8.h table index), 32 elements a step. */
+#define F8_SPLAT32(s) _mm256_set1_epi8((char)(s))
+FP8_VEC_LOOPS(E4m3, FP8_E4M3, V4, MEND_RED_V4_TARGET, 32, f8, F8_LOAD, F8_STORE, F8_SPLAT32)
+FP8_VEC_LOOPS(E5m2, FP8_E5M2, V4, MEND_RED_V4_TARGET, 32, f8, F8_LOAD, F8_STORE, F8_SPLAT32)
 
 
 /* ---- With AVX512_VBMI (MEND_RED_V4B) ----

@@ -38,28 +38,19 @@ V3_INLINE __m128i v3Mask16(__m256 m) {
 
 /* ---- half ---- */
 
-typedef uint16_t mendUF16V3 __attribute__((aligned(1)));
-
 #define H8_LOAD(p) _mm256_cvtph_ps(V3_LD128(p))
 #define H8_ROUND(v) _mm256_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define H8_STORE(p, v) V3_ST128((p), H8_ROUND(v))
 /* A value rounded to half and read back (what a scalar step that returns a half leaves). */
 #define H8_REREAD(v) _mm256_cvtph_ps(H8_ROUND(v))
 
-/* d = op(a, b) in float, rounded once. */
-#define H8_BINARY(Name, vop, sop)                                                        \
-  MEND_RED_V3_TARGET static void Name(RED_PARAMS) {                                      \
-    RED_PTRS(mendUF16V3);                                                                \
-    size_t i = 0;                                                                        \
-    for (; i + 8 <= n; i += 8) H8_STORE(d + i, vop(H8_LOAD(a + i), H8_LOAD(b + i)));     \
-    for (; i < n; i++) d[i] = sop(a[i], b[i]);                                           \
-  }
-H8_BINARY(redSumF16V3, _mm256_add_ps, mendSumF16)
-H8_BINARY(redProdF16V3, _mm256_mul_ps, mendProdF16)
+H_VEC_LOOPS(V3, MEND_RED_V3_TARGET, 8, H8_LOAD, H8_STORE, H8_REREAD, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps,
+            _mm256_div_ps)
 
+/* max (cmp _CMP_GT_OQ) and min (_CMP_LT_OQ): the chosen operand's bits kept. */
 #define H8_SELECT(Name, cmp, sop)                                                        \
   MEND_RED_V3_TARGET static void Name(RED_PARAMS) {                                      \
-    RED_PTRS(mendUF16V3);                                                                \
+    RED_PTRS(mendUF16V);                                                                 \
     size_t i = 0;                                                                        \
     for (; i + 8 <= n; i += 8) {                                                         \
       __m128i va = V3_LD128(a + i), vb = V3_LD128(b + i);                                \
@@ -70,60 +61,6 @@ H8_BINARY(redProdF16V3, _mm256_mul_ps, mendProdF16)
   }
 H8_SELECT(redMaxF16V3, _CMP_GT_OQ, mendMaxF16)
 H8_SELECT(redMinF16V3, _CMP_LT_OQ, mendMinF16)
-
-/* PreMulSum: the own input times the scalar (rounded to half), then the sum (rounded). */
-MEND_RED_V3_TARGET static void redPreMulSumF16V3(RED_PARAMS) {
-  if (!(flags & MEND_RED_PREOP)) {
-    redSumF16V3(op, dst, x, y, n, flags);
-    return;
-  }
-  RED_PTRS(mendUF16V3);
-  uint16_t s;
-  redScalar(op, &s, sizeof s);
-  __m256 vs = _mm256_set1_ps(mendHalfToFloat(s));
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) H8_STORE(d + i, _mm256_add_ps(H8_REREAD(_mm256_mul_ps(H8_LOAD(a + i), vs)), H8_LOAD(b + i)));
-  for (; i < n; i++) d[i] = mendSumF16(mendProdF16(a[i], s), b[i]);
-}
-
-/* SumPostDiv: the sum (rounded), divided by the rank count at the end (rounded). */
-MEND_RED_V3_TARGET static void redSumPostDivF16V3(RED_PARAMS) {
-  if (!(flags & MEND_RED_POSTOP)) {
-    redSumF16V3(op, dst, x, y, n, flags);
-    return;
-  }
-  RED_PTRS(mendUF16V3);
-  __m256 vn = _mm256_set1_ps((float)op->nRanks);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) H8_STORE(d + i, _mm256_div_ps(H8_REREAD(_mm256_add_ps(H8_LOAD(a + i), H8_LOAD(b + i))), vn));
-  for (; i < n; i++) d[i] = mendDivF16(mendSumF16(a[i], b[i]), (uint32_t)op->nRanks);
-}
-
-MEND_RED_V3_TARGET static void copyPreMulF16V3(COPY_PARAMS) {
-  if (!(flags & MEND_RED_PREOP)) {
-    copyPlain(dst, x, n * sizeof(uint16_t));
-    return;
-  }
-  COPY_PTRS(mendUF16V3);
-  uint16_t s;
-  redScalar(op, &s, sizeof s);
-  __m256 vs = _mm256_set1_ps(mendHalfToFloat(s));
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) H8_STORE(d + i, _mm256_mul_ps(H8_LOAD(a + i), vs));
-  for (; i < n; i++) d[i] = mendProdF16(a[i], s);
-}
-
-MEND_RED_V3_TARGET static void copyPostDivF16V3(COPY_PARAMS) {
-  if (!(flags & MEND_RED_POSTOP)) {
-    copyPlain(dst, x, n * sizeof(uint16_t));
-    return;
-  }
-  COPY_PTRS(mendUF16V3);
-  __m256 vn = _mm256_set1_ps((float)op->nRanks);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) H8_STORE(d + i, _mm256_div_ps(H8_LOAD(a + i), vn));
-  for (; i < n; i++) d[i] = mendDivF16(a[i], (uint32_t)op->nRanks);
-}
 
 /* ---- bfloat16 ---- */
 
@@ -263,7 +200,8 @@ V3_INLINE __m128i f8v3Blend(__m128i va, __m128i vb, __m256 mlo, __m256 mhi) {
 F8_V3_STEPS(E4m3, 7, 0x7e, 256.0f)
 F8_V3_STEPS(E5m2, 8, 0x7b, 1.0f)
 
-/* max (cmp _CMP_GT_OQ) and min (_CMP_LT_OQ); the tail calls dtypes.h's function sop. */
+/* max (cmp _CMP_GT_OQ) and min (_CMP_LT_OQ); the tail calls dtypes.h's function sop (the other
+ * loops are reduce_fp8.h's FP8_VEC_LOOPS over the steps above). */
 #define F8_V3_SELECT(Name, Tag, cmp, sop)                                                         \
   MEND_RED_V3_TARGET static void Name(RED_PARAMS) {                                               \
     RED_PTRS(mendUFp8);                                                                           \
@@ -276,52 +214,13 @@ F8_V3_STEPS(E5m2, 8, 0x7b, 1.0f)
     for (; i < n; i++) d[i] = sop(a[i], b[i]);                                                    \
   }
 
-/* The loops of one format (FMT: its reduce_fp8.h table index).  Tails (n mod 16) read the tables;
- * max and min's (F8_V3_SELECT) call dtypes.h's functions. */
-#define F8_V3_LOOPS(Tag, FMT)                                                                     \
-  MEND_RED_V3_TARGET static void redSum##Tag##V3(RED_PARAMS) {                                    \
-    RED_PTRS(mendUFp8);                                                                           \
-    size_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16) V3_ST128(d + i, f8v3Sum##Tag(V3_LD128(a + i), V3_LD128(b + i))); \
-    fp8Lookup(fp8Table(FMT, FP8_SUM), d + i, a + i, b + i, n - i);                                \
-  }                                                                                               \
-  MEND_RED_V3_TARGET static void redProd##Tag##V3(RED_PARAMS) {                                   \
-    RED_PTRS(mendUFp8);                                                                           \
-    size_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16)                                                                  \
-      V3_ST128(d + i, f8v3Prod##Tag(V3_LD128(a + i), f8v3Decode##Tag(V3_LD128(b + i))));          \
-    fp8Lookup(fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, n - i);                               \
-  }                                                                                               \
-  F8_V3_SELECT(redMax##Tag##V3, Tag, _CMP_GT_OQ, mendMax##Tag)                                  \
-  F8_V3_SELECT(redMin##Tag##V3, Tag, _CMP_LT_OQ, mendMin##Tag)                                  \
-  MEND_RED_V3_TARGET static void redPreMulSum##Tag##V3(RED_PARAMS) {                              \
-    if (!(flags & MEND_RED_PREOP)) {                                                              \
-      redSum##Tag##V3(op, dst, x, y, n, flags);                                                   \
-      return;                                                                                     \
-    }                                                                                             \
-    RED_PTRS(mendUFp8);                                                                           \
-    uint8_t s;                                                                                    \
-    redScalar(op, &s, sizeof s);                                                                  \
-    const struct f8x16 vs = f8v3Decode##Tag(_mm_set1_epi8((char)s));                              \
-    size_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16) /* the product is rounded to fp8 before the sum */               \
-      V3_ST128(d + i, f8v3Sum##Tag(f8v3Prod##Tag(V3_LD128(a + i), vs), V3_LD128(b + i)));         \
-    fp8LookupPreMul(fp8Table(FMT, FP8_SUM), fp8Table(FMT, FP8_PROD), d + i, a + i, b + i, s, n - i); \
-  }                                                                                               \
-  MEND_RED_V3_TARGET static void copyPreMul##Tag##V3(COPY_PARAMS) {                               \
-    if (!(flags & MEND_RED_PREOP)) {                                                              \
-      copyPlain(dst, x, n);                                                                       \
-      return;                                                                                     \
-    }                                                                                             \
-    COPY_PTRS(mendUFp8);                                                                          \
-    uint8_t s;                                                                                    \
-    redScalar(op, &s, sizeof s);                                                                  \
-    const struct f8x16 vs = f8v3Decode##Tag(_mm_set1_epi8((char)s));                              \
-    size_t i = 0;                                                                                 \
-    for (; i + 16 <= n; i += 16) V3_ST128(d + i, f8v3Prod##Tag(V3_LD128(a + i), vs));             \
-    fp8LookupScalar(fp8Table(FMT, FP8_PROD), d + i, a + i, s, n - i);                             \
-  }
-F8_V3_LOOPS(E4m3, FP8_E4M3)
-F8_V3_LOOPS(E5m2, FP8_E5M2)
+/* The loops of one format (FMT: its reduce_fp8.h table index), 16 elements a step. */
+#define F8_V3_SPLAT(s) _mm_set1_epi8((char)(s))
+FP8_VEC_LOOPS(E4m3, FP8_E4M3, V3, MEND_RED_V3_TARGET, 16, f8v3, V3_LD128, V3_ST128, F8_V3_SPLAT)
+FP8_VEC_LOOPS(E5m2, FP8_E5M2, V3, MEND_RED_V3_TARGET, 16, f8v3, V3_LD128, V3_ST128, F8_V3_SPLAT)
+F8_V3_SELECT(redMaxE4m3V3, E4m3, _CMP_GT_OQ, mendMaxE4m3)
+F8_V3_SELECT(redMinE4m3V3, E4m3, _CMP_LT_OQ, mendMinE4m3)
+F8_V3_SELECT(redMaxE5m2V3, E5m2, _CMP_GT_OQ, mendMaxE5m2)
+F8_V3_SELECT(redMinE5m2V3, E5m2, _CMP_LT_OQ, mendMinE5m2)
 
 #endif
