@@ -78,7 +78,17 @@ $(BUILDDIR)/obj/%.o: %.c | $(HEADER) $(GEN_H)
 	$(CC) $(CFLAGS_LIB) -DMEND_VERSION_STR='"$(MEND_VERSION)"' -c $< -o $@
 
 # The kernel's register and local-memory use is printed on every build; a spill fails it.
-ifeq ($(HAVE_NVCC),1)
+# KERNEL_FATBIN_PREBUILT: another build's fatbin, copied instead of compiled (the sanitizer builds of
+# `make test` take the main build's: nvcc's output does not depend on their flags, and each compile
+# costs two minutes of a CPU).
+ifneq ($(KERNEL_FATBIN_PREBUILT),)
+$(KERNEL_FATBIN): $(KERNEL_FATBIN_PREBUILT)
+	@mkdir -p $(@D)
+	cp $< $@
+$(KERNEL_EMBED): $(KERNEL_FATBIN) src/device/embed_fatbin.py
+	@mkdir -p $(@D)
+	python3 src/device/embed_fatbin.py $< > $@.tmp && mv $@.tmp $@
+else ifeq ($(HAVE_NVCC),1)
 $(KERNEL_FATBIN): $(KERNEL_CU) $(KERNEL_DEPS) src/device/embed_fatbin.py | $(HEADER)
 	@mkdir -p $(@D)
 	$(NVCC) -fatbin $(NVCC_GENCODE) -std=c++17 -O3 -Xptxas -v -I$(BUILDDIR)/include -Isrc $< -o $@.tmp 2> $@.log \

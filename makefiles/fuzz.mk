@@ -48,10 +48,15 @@ $(FUZZ_DIR)/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
 # Sanitizer flavours of the GoogleTest suite, each in its own build directory (sub-makes share -j).
 SAN_BUILDDIR  ?= $(BUILDDIR)/asan
 TSAN_BUILDDIR ?= $(BUILDDIR)/tsan
-san-tests:
-	+nice -n 10 $(MAKE) --no-print-directory ASAN=1 UBSAN=1 TSAN=0 BUILDDIR=$(SAN_BUILDDIR) $(SAN_BUILDDIR)/tests/unit_tests
-tsan-tests:
-	+nice -n 10 $(MAKE) --no-print-directory TSAN=1 ASAN=0 UBSAN=0 BUILDDIR=$(TSAN_BUILDDIR) $(TSAN_BUILDDIR)/tests/unit_tests
+# Where nvcc is, both take this build's kernel image (KERNEL_FATBIN_PREBUILT, Makefile) rather than
+# compile their own, the same bytes.
+SAN_FATBIN    := $(if $(HAVE_NVCC),KERNEL_FATBIN_PREBUILT=$(abspath $(KERNEL_FATBIN)))
+san-tests: $(if $(HAVE_NVCC),$(KERNEL_FATBIN))
+	+nice -n 10 $(MAKE) --no-print-directory ASAN=1 UBSAN=1 TSAN=0 BUILDDIR=$(SAN_BUILDDIR) $(SAN_FATBIN) \
+	    $(SAN_BUILDDIR)/tests/unit_tests
+tsan-tests: $(if $(HAVE_NVCC),$(KERNEL_FATBIN))
+	+nice -n 10 $(MAKE) --no-print-directory TSAN=1 ASAN=0 UBSAN=0 BUILDDIR=$(TSAN_BUILDDIR) $(SAN_FATBIN) \
+	    $(TSAN_BUILDDIR)/tests/unit_tests
 
 ifneq ($(MEND_CI_SANITIZERS),0)
 test: $(if $(HAVE_FUZZ_CC),fuzz) san-tests tsan-tests
