@@ -356,18 +356,40 @@ static void runOne(int coll, const struct cfg* c, size_t count) {
  * once all have arrived. Bounded by `seconds`; returns 1 on success. It keeps how connections
  * close apart from the results checked here: a destroy right after a collective may disturb a peer
  * still finishing it (MH_DESTROY_NOW=1 skips the barrier to exercise exactly that). */
-static int oobBarrier(int seconds) {
+static int oobAddr(struct sockaddr_in* sa) {
   const char* addr = getenv("MASTER_ADDR");
   const char* port = getenv("MASTER_PORT");
   if (!addr || !port) return 0;
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
-  if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) return 0;
+  memset(sa, 0, sizeof(*sa));
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons((uint16_t)atoi(port));
+  return inet_pton(AF_INET, addr, &sa->sin_addr) == 1;
+}
+
+/* Rank 0's listener, opened before the communicator: the port, free when the launcher chose it,
+ * must not become one of the library's own ephemeral ports before the barrier (-1: not open). */
+static int oobListenFd = -1;
+static void oobListen(void) {
+  struct sockaddr_in sa;
+  if (rank != 0 || !oobAddr(&sa)) return;
+  int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+  if (lfd < 0) return;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(lfd, (struct sockaddr*)&sa, sizeof(sa)) != 0 || listen(lfd, MP_MAX_RANKS) != 0) {
+    close(lfd);
+    return;
+  }
+  oobListenFd = lfd;
+}
+
+static int oobBarrier(int seconds) {
+  struct sockaddr_in sa;
+  if (!oobAddr(&sa)) return 0;
   double until = mtNow() + seconds;
   char byte = 1;
   if (rank == 0) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1, fds[MP_MAX_RANKS], got = 0, ok = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (lfd < 0 || bind(lfd, (struct sockaddr*)&sa, sizeof(sa)) != 0 || listen(lfd, MP_MAX_RANKS) != 0) ok = 0;
+    int lfd = oobListenFd, fds[MP_MAX_RANKS], got = 0, ok = lfd >= 0;
+    oobListenFd = -1;
     while (ok && got < nranks - 1 && mtNow() < until) {
       struct pollfd pf = {.fd = lfd, .events = POLLIN};
       if (poll(&pf, 1, 100) <= 0) continue;
@@ -418,6 +440,7 @@ static int rankMain(size_t large) {
     printf("mh Init FAIL: the loaded libnccl.so.2 is not Mend's build\n");
     return 1;
   }
+  oobListen();
   ncclUniqueId id;
   ncclResult_t res = ncclGetUniqueId(&id);
   if (res == ncclSuccess) res = ncclCommInitRank(&comm, nranks, id, rank);
@@ -498,12 +521,14 @@ static int localRun(const char* self, const char* const* env, FILE* out) {
 static int standalone(const char* self) {
   if (!mtStart("mh_colls", 250)) return mtExitCode();
   static char commId[64], master[64];
-  snprintf(commId, sizeof(commId), "NCCL_COMM_ID=127.0.0.1:%d", mpFreePort("127.0.0.1"));
-  snprintf(master, sizeof(master), "MASTER_PORT=%d", mpFreePort("127.0.0.1"));
+  int commPort = mpFreePort("127.0.0.1"), masterPort = mpFreePort("127.0.0.1");
+  for (int i = 0; i < 10 && masterPort == commPort; i++) masterPort = mpFreePort("127.0.0.1"); /* one closed, then reused */
+  snprintf(commId, sizeof(commId), "NCCL_COMM_ID=127.0.0.1:%d", commPort);
+  snprintf(master, sizeof(master), "MASTER_PORT=%d", masterPort);
   const char* env[] = {commId, master, "MASTER_ADDR=127.0.0.1", "NCCL_SOCKET_IFNAME=lo", NULL, NULL};
   double t0 = mtNow();
-  mtResult(localRun(self, env, NULL), "mh_colls_local_2hosts_x_2ranks", "a rank failed or timed out (%.1f s)",
-           mtNow() - t0);
+  int localOk = localRun(self, env, NULL);
+  mtResult(localOk, "mh_colls_local_2hosts_x_2ranks", "a rank failed or timed out (%.1f s)", mtNow() - t0);
   FILE* out = tmpfile();
   env[4] = "MH_PLANT=1";
   int allOk = out ? localRun(self, env, out) : 1;
