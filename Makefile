@@ -85,9 +85,6 @@ ifneq ($(KERNEL_FATBIN_PREBUILT),)
 $(KERNEL_FATBIN): $(KERNEL_FATBIN_PREBUILT)
 	@mkdir -p $(@D)
 	cp $< $@
-$(KERNEL_EMBED): $(KERNEL_FATBIN) src/device/embed_fatbin.py
-	@mkdir -p $(@D)
-	python3 src/device/embed_fatbin.py $< > $@.tmp && mv $@.tmp $@
 else ifeq ($(HAVE_NVCC),1)
 $(KERNEL_FATBIN): $(KERNEL_CU) $(KERNEL_DEPS) src/device/embed_fatbin.py | $(HEADER)
 	@mkdir -p $(@D)
@@ -95,6 +92,8 @@ $(KERNEL_FATBIN): $(KERNEL_CU) $(KERNEL_DEPS) src/device/embed_fatbin.py | $(HEA
 	    || { cat $@.log; exit 1; }
 	python3 src/device/embed_fatbin.py --check-ptxas $@.log
 	mv $@.tmp $@
+endif
+ifneq ($(KERNEL_FATBIN_PREBUILT)$(HAVE_NVCC),)
 $(KERNEL_EMBED): $(KERNEL_FATBIN) src/device/embed_fatbin.py
 	@mkdir -p $(@D)
 	python3 src/device/embed_fatbin.py $< > $@.tmp && mv $@.tmp $@
