@@ -133,9 +133,12 @@ extern const struct mendExecutor mendExecHost, mendExecKernelCpu, mendExecCuda;
 ncclResult_t mendExecChoose(struct ncclComm* comm);
 /* Device mode: the CUDA executor's per-communicator state (kernel, device state); needs comm->cuCtx. */
 ncclResult_t mendCudaCommInit(struct ncclComm* comm);
-/* Device memory for a plan being built (in-place AlltoAll's temporary): freed once the plan's
- * launch is done (or with the communicator when the launch was captured into a graph). */
-ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void** ptr);
+/* Device memory for a plan being built (in-place AlltoAll's temporary), allocated in stream order
+ * on `stream` (the operation's) and freed in stream order right after the plan's launch: no call
+ * here waits for the device, where a plain cuMemFree would wait for every kernel on it, the
+ * kernels of other ranks of the GPU that wait for this one included.  Under graph capture both
+ * become nodes of the graph. */
+ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void* stream, void** ptr);
 /* An error a kernel recorded in comm->devState becomes comm's asynchronous error (WARNed once);
  * returns comm's asynchronous error state (ncclSuccess when none). */
 ncclResult_t mendExecPollError(struct ncclComm* comm);

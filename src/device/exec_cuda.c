@@ -38,8 +38,6 @@ struct launchBuf {
   size_t cap;             /* bytes */
   CUevent done;           /* recorded after the launch (not under capture) */
   int inArena;            /* carved from the communicator's arena (freed with it) */
-  void** scratch;         /* device temporaries the launch uses (in-place AlltoAll), freed with it */
-  int nScratch;           /* how many */
   struct launchBuf* next; /* list link */
 };
 
@@ -61,7 +59,7 @@ struct mendCudaComm {
   struct launchBuf* live; /* launched, not yet known done */
   struct launchBuf* kept; /* captured into a graph: kept until destroy */
   struct launchBuf* pool; /* done, reusable */
-  void** scratch;         /* temporaries of the plan being built, handed to its launch */
+  void** scratch;         /* temporaries of the plan being built (stream-ordered), freed after its launch */
   int nScratch;           /* how many */
   char* arena;            /* pinned memory of the pre-made buffers (CUDA refuses allocations while a
                              stream captures, so a graph's launches take these) */
@@ -156,9 +154,12 @@ ncclResult_t mendCudaCommInit(struct ncclComm* comm) {
   return ncclSuccess;
 }
 
-static void freeScratch(void** scratch, int n) {
-  for (int i = 0; i < n; i++) mendCuDevFree(scratch[i]);
-  free(scratch);
+/* The temporaries of the plan just launched (or abandoned), freed in stream order after it. */
+static void freeScratchAfter(struct mendCudaComm* cc, CUstream stream) {
+  for (int i = 0; i < cc->nScratch; i++)
+    mendCuCheck(mendCu.cuMemFreeAsync((CUdeviceptr)(uintptr_t)cc->scratch[i], stream), "cuMemFreeAsync", __FILE__,
+                __LINE__);
+  cc->nScratch = 0;
 }
 
 static void homeDrop(struct bufHome* h) {
@@ -210,9 +211,6 @@ static void takeReturned(struct mendCudaComm* cc) {
   pthread_mutex_unlock(&cc->home->lock);
   while (b) {
     struct launchBuf* next = b->next;
-    freeScratch(b->scratch, b->nScratch); /* the graph that used them is gone */
-    b->scratch = NULL;
-    b->nScratch = 0;
     b->next = cc->pool;
     cc->pool = b;
     b = next;
@@ -225,9 +223,6 @@ static int reclaim(struct mendCudaComm* cc) {
   for (struct launchBuf** p = &cc->live; *p;) {
     struct launchBuf* b = *p;
     if (mendCu.cuEventQuery(b->done) == MEND_CU_SUCCESS) {
-      freeScratch(b->scratch, b->nScratch);
-      b->scratch = NULL;
-      b->nScratch = 0;
       *p = b->next;
       b->next = cc->pool;
       cc->pool = b;
@@ -239,8 +234,10 @@ static int reclaim(struct mendCudaComm* cc) {
   return left;
 }
 
-ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void** ptr) {
+ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void* stream, void** ptr) {
   struct mendCudaComm* cc = comm->cuda;
+  CUdeviceptr p = 0;
+  *ptr = NULL;
   MENDCHECK(mendCuEnter(comm->cuCtx));
   void** grown = realloc(cc->scratch, sizeof(void*) * (size_t)(cc->nScratch + 1));
   if (grown == NULL) {
@@ -248,7 +245,8 @@ ncclResult_t mendCudaScratch(struct ncclComm* comm, size_t bytes, void** ptr) {
     return ncclSystemError;
   }
   cc->scratch = grown;
-  MENDCHECK(mendCuDevAlloc(bytes, ptr));
+  CUCHECK(cuMemAllocAsync(&p, bytes ? bytes : 1, (CUstream)stream));
+  *ptr = (void*)(uintptr_t)p;
   cc->scratch[cc->nScratch++] = *ptr;
   return ncclSuccess;
 }
@@ -284,7 +282,6 @@ static void freeBufs(struct launchBuf* b) {
   while (b) {
     struct launchBuf* next = b->next;
     if (b->done) mendCu.cuEventDestroy(b->done);
-    freeScratch(b->scratch, b->nScratch);
     if (!b->inArena) mendCuHostFree(b->host);
     free(b);
     b = next;
@@ -360,12 +357,9 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
   void* params[] = {&launch};
   MENDCHECKGOTO(mendCuCheck(mendCu.cuLaunchKernel(cc->fn, grid, 1, 1, (unsigned)cc->nThreads, 1, 1, 0, stream,
                                                   params, NULL), "cuLaunchKernel", __FILE__, __LINE__), res, fail_buf);
-  b->scratch = cc->scratch; /* the plan's temporaries live as long as the launch */
-  b->nScratch = cc->nScratch;
-  cc->scratch = NULL;
-  cc->nScratch = 0;
+  freeScratchAfter(cc, stream); /* in stream order after the kernel (a node of the graph under capture) */
   if (capture != MEND_CU_STREAM_CAPTURE_STATUS_NONE) {
-    /* The graph replays this launch: the descriptor (and its scratch) stays until the graph goes. */
+    /* The graph replays this launch: the descriptor stays until the graph goes. */
     res = giveToGraph(cc, stream, b);
     if (res != ncclSuccess) {
       b->next = cc->kept; /* kept until the communicator is destroyed */
@@ -385,6 +379,7 @@ static ncclResult_t launchBatch(struct mendExecBatch* bt) {
 fail_buf:
   b->next = cc->pool;
   cc->pool = b;
+  freeScratchAfter(cc, stream); /* after whatever of the launch was queued */
 unlock:
   pthread_mutex_unlock(&cc->lock);
   return res;
@@ -432,7 +427,10 @@ static void cudaRelease(struct ncclComm* comm) {
     if (cc->home) takeReturned(cc);
     freeBufs(cc->pool);
     freeBufs(cc->kept);
-    freeScratch(cc->scratch, cc->nScratch);
+    /* Temporaries of a plan that failed before its launch (nothing used them): freed in order on
+     * the legacy stream, which never blocks this thread (cuMemFree would wait for the device). */
+    for (int i = 0; i < cc->nScratch; i++) mendCu.cuMemFreeAsync((CUdeviceptr)(uintptr_t)cc->scratch[i], NULL);
+    free(cc->scratch);
     for (int i = 0; i < MEND_MAX_JOIN_STREAMS; i++)
       if (cc->joinEv[i]) mendCu.cuEventDestroy(cc->joinEv[i]);
     if (cc->afterEv) mendCu.cuEventDestroy(cc->afterEv);

@@ -21,7 +21,7 @@ ncclResult_t mendPlanAlltoAll(struct mendPlan* plan, const struct mendOp* op, in
   char* recv = op->recvbuff;
   if (send < recv + total && recv < send + total) {
     void* tmp;
-    MENDCHECK(mendPlanScratch(plan, total, &tmp));
+    MENDCHECK(mendPlanScratch(plan, total, op->stream, &tmp));
     MENDCHECK(mendPlanStage(plan, tmp, send, total));
     send = tmp;
   }

@@ -134,8 +134,8 @@ ncclResult_t mendPlanAddWork(struct mendPlan* plan, int opIndex, int channel, st
   return ncclSuccess;
 }
 
-ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void** ptr) {
-  if (plan->comm->cuda) return mendCudaScratch(plan->comm, bytes, ptr); /* device mode: GPU memory */
+ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void* stream, void** ptr) {
+  if (plan->comm->cuda) return mendCudaScratch(plan->comm, bytes, stream, ptr); /* device mode: GPU memory */
   MENDCHECK(grow((void**)&plan->scratch, &plan->capScratch, plan->nScratch + 1, sizeof(void*)));
   void* p = malloc(bytes ? bytes : 1);
   if (p == NULL) {

@@ -132,7 +132,7 @@ ncclResult_t mendPlanSplit(const int* weights, int n, size_t count, size_t align
 ncclResult_t mendPlanAddXfer(struct mendPlan* plan, int opIndex, int peer, int dir, void* buf, size_t bytes);
 ncclResult_t mendPlanAddCopy(struct mendPlan* plan, int opIndex, const void* src, void* dst, size_t bytes);
 /* A temporary owned by the plan (host memory; device memory in device mode, freed with the launch). */
-ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void** ptr);
+ncclResult_t mendPlanScratch(struct mendPlan* plan, size_t bytes, void* stream, void** ptr);
 /* Copy src to a plan temporary before the plan's works start: at once in host mode, on the stream
  * ahead of the kernel in device mode. */
 ncclResult_t mendPlanStage(struct mendPlan* plan, void* dst, const void* src, size_t bytes);

@@ -92,6 +92,8 @@ typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc; /* CUmemA
   X(cuCtxGetDevice, (CUdevice* dev))                                                              \
   X(cuMemAlloc, (CUdeviceptr* ptr, size_t bytes))                                                 \
   X(cuMemFree, (CUdeviceptr ptr))                                                                 \
+  X(cuMemAllocAsync, (CUdeviceptr* ptr, size_t bytes, CUstream s))                                \
+  X(cuMemFreeAsync, (CUdeviceptr ptr, CUstream s))                                                \
   X(cuMemsetD8Async, (CUdeviceptr ptr, unsigned char v, size_t n, CUstream s))                    \
   X(cuStreamCreate, (CUstream* s, unsigned flags))                                                \
   X(cuStreamSynchronize, (CUstream s))                                                            \
