@@ -22,6 +22,10 @@
 
 static pthread_once_t initOnce = PTHREAD_ONCE_INIT;
 static void initOnceFn(void) {
+  /* The banner names the CUDA driver's version when the first caller has a device current (device
+   * mode), as NCCL's names its CUDA; "+host" otherwise. */
+  int driver = 0;
+  if (mendCuCurrentDevice() >= 0 && mendCu.cuDriverGetVersion(&driver) == MEND_CU_SUCCESS) mendVersionSetCuda(driver);
   mendPrintVersionBanner();
   mendParamCheckEnv();
 }
