@@ -14,6 +14,7 @@
 #include "init.h"
 #include "misc/cudrv.h"
 #include "misc/debug.h"
+#include "misc/param.h"
 #include "device/engine.h"
 #include "enqueue/calib.h"
 #include "graph/graph.h"
@@ -165,6 +166,22 @@ static ncclResult_t hostLayout(struct ncclComm* comm) {
   return hostCrowding(comm);
 }
 
+/* Ranks of this process on one GPU: their streams share the context's hardware work queues, and two
+ * of them on one queue can deadlock (measured on an H200 at 8 ranks as threads: 3 of 3 runs of
+ * test_gpu_colls hung with the default 8 queues, 0 of 3 with 32). */
+static void warnSharedQueues(struct ncclComm* comm) {
+  if (comm->hostMode) return;
+  const struct mendPeerInfo* me = comm->peerInfo + comm->rank;
+  int shared = 0;
+  for (int r = 0; r < comm->nRanks; r++)
+    shared += comm->peerInfo[r].pidHash == me->pidHash && comm->peerInfo[r].busId == me->busId;
+  int64_t queues = mendParamCudaMaxConnections();
+  if (shared < 2 || queues >= 32) return;
+  WARN_ONCE("Rank %d: %d ranks of this process share CUDA device %d with CUDA_DEVICE_MAX_CONNECTIONS=%lld: their "
+            "streams can share a hardware queue and deadlock; set CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA "
+            "starts (or run one rank per process)", comm->rank, shared, comm->cudaDev, (long long)queues);
+}
+
 static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
   int n = comm->nRanks;
   struct initExchange* all = NULL;
@@ -191,6 +208,7 @@ static ncclResult_t exchangePeerInfo(struct ncclComm* comm) {
     }
   }
   comm->commHash = mendHashCombine(all[0].nonce, (uint64_t)n);
+  warnSharedQueues(comm);
   res = agreeCalib(comm, all);
   free(all);
   return res;

@@ -29,6 +29,10 @@ int benchGpuDecide(int mode, int* nDevs, char* why, size_t len) {
     snprintf(why, len, "-M host or MEND_PERF_MEMORY=host");
     return 0;
   }
+  /* Before CUDA starts: the ranks (threads) of this process share the GPU's context, and their
+   * streams must not share hardware queues (the driver's 8 by default), or two ranks can deadlock
+   * (Mend's init WARNs about it; src/init_peers.c).  A value the user set stays. */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   cudaError_t err = cudaGetDeviceCount(nDevs);
   if (err != cudaSuccess) *nDevs = 0;
   if (*nDevs > 0) {

@@ -20,6 +20,9 @@ int gpuErrSet(struct gpuErr* e, const char* fmt, ...) {
 }
 
 int gpuStart(const char* test, int watchdogSeconds) {
+  /* Ranks as threads share the context: their streams need distinct hardware queues (see
+   * CUDA_DEVICE_MAX_CONNECTIONS in mend-info --params).  Before the first CUDA call; a set value stays. */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n <= 0) {
