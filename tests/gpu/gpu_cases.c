@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const size_t gpuCounts[GPU_NCOUNTS] = {0, 1, 7, 1000, GPU_MAX_COUNT};
 
@@ -369,4 +370,60 @@ int gpuCaseRun(struct gpuRank* R, const struct gpuCase* c, uint64_t seed) {
     if (r == 0) ok = 0;
   }
   return ok;
+}
+
+/* ---- a group over two streams ---- */
+
+/* A host function on the second stream: it holds that stream's later work back for 30 ms. */
+static void CUDART_CB holdStream(void* arg) {
+  (void)arg;
+  usleep(30000);
+}
+
+static float twoStreamsVal(int which, int rank, size_t i) {
+  return (float)((size_t)(rank + 1 + which) * ((i * (which ? 7u : 3u)) % 1000u));
+}
+
+int gpuTwoStreams(struct gpuRank* R) {
+  const size_t cnt = GPU_MAX_COUNT, bytes = cnt * sizeof(float);
+  float *x = R->dA, *y = (float*)R->dA + cnt, *ox = R->dB, *oy = (float*)R->dB + cnt;
+  float *hx = R->hA, *hy = (float*)R->hA + cnt, *gx = R->hB, *gy = (float*)R->hB + cnt;
+  cudaStream_t s1 = R->stream, s2 = NULL;
+  R->err.msg[0] = '\0';
+  if (R->cap < 2 * bytes) return gpuErrSet(&R->err, "buffers of %zu bytes hold less than two inputs", R->cap) - 1;
+  for (size_t i = 0; i < cnt; i++) {
+    hx[i] = twoStreamsVal(0, R->rank, i);
+    hy[i] = twoStreamsVal(1, R->rank, i);
+  }
+  GCUDA(&R->err, cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  int res = 1;
+  cudaError_t ce = cudaMemcpyAsync(x, hx, bytes, cudaMemcpyHostToDevice, s1);
+  if (ce == cudaSuccess) ce = cudaMemsetAsync(ox, 0xA5, bytes, s1);
+  /* y is written on s2 after a 30 ms hold: the launch must wait for s2. */
+  if (ce == cudaSuccess) ce = cudaLaunchHostFunc(s2, holdStream, NULL);
+  if (ce == cudaSuccess) ce = cudaMemsetAsync(oy, 0xA5, bytes, s2);
+  if (ce == cudaSuccess) ce = cudaMemcpyAsync(y, hy, bytes, cudaMemcpyHostToDevice, s2);
+  if (ce != cudaSuccess) res = gpuErrSet(&R->err, "staging the inputs: %s", cudaGetErrorString(ce)) - 1;
+  if (res > 0) {
+    ncclResult_t a = ncclGroupStart(), b = ncclAllReduce(x, ox, cnt, ncclFloat32, ncclSum, R->comm, s1);
+    ncclResult_t c = ncclAllReduce(y, oy, cnt, ncclFloat32, ncclSum, R->comm, s2), d = ncclGroupEnd();
+    ncclResult_t r = a != ncclSuccess ? a : b != ncclSuccess ? b : c != ncclSuccess ? c : d;
+    if (r != ncclSuccess) res = gpuErrSet(&R->err, "the group returned %s", ncclGetErrorString(r)) - 1;
+  }
+  /* Each output is read on its own stream: s2's copy must wait for the launch made on s1. */
+  if (res > 0) ce = cudaMemcpyAsync(gx, ox, bytes, cudaMemcpyDeviceToHost, s1);
+  if (res > 0 && ce == cudaSuccess) ce = cudaMemcpyAsync(gy, oy, bytes, cudaMemcpyDeviceToHost, s2);
+  if (res > 0 && ce != cudaSuccess) res = gpuErrSet(&R->err, "reading back: %s", cudaGetErrorString(ce)) - 1;
+  if (!gpuWaitStream(s2, gpuWaitLimit(), &R->err) || !gpuWaitStream(s1, gpuWaitLimit(), &R->err)) res = -1;
+  for (size_t i = 0; res > 0 && i < cnt; i++) {
+    float wx = 0, wy = 0;
+    for (int r = 0; r < R->n; r++) {
+      wx += twoStreamsVal(0, r, i);
+      wy += twoStreamsVal(1, r, i);
+    }
+    if (gx[i] != wx) res = gpuErrSet(&R->err, "stream 1: element %zu is %.9g, want %.9g", i, gx[i], wx);
+    else if (gy[i] != wy) res = gpuErrSet(&R->err, "stream 2: element %zu is %.9g, want %.9g", i, gy[i], wy);
+  }
+  if (res >= 0) cudaStreamDestroy(s2); /* a hung stream stays: destroying it could wait */
+  return res;
 }

@@ -109,4 +109,9 @@ int gpuStepCheck(struct gpuRank* R);
 /* Every phase for every count, on this rank alone (one thread or process per rank). */
 int gpuCaseRun(struct gpuRank* R, const struct gpuCase* c, uint64_t seed);
 
+/* One group of two AllReduces (1M+13 floats) on two streams of this rank: the second stream's input is
+ * written after a 30 ms host hold, and each output is read back on its own stream, so the launch
+ * must wait for both streams and both must wait for the launch.  Same result codes as the phases. */
+int gpuTwoStreams(struct gpuRank* R);
+
 #endif

@@ -3,7 +3,8 @@
  * against a host reference (see gpu_cases.h for the cases, data and layouts):
  *
  *   --threads N   N ranks as threads of this process: each thread cudaSetDevice, its own
- *                 non-blocking stream, ncclCommInitRank on a shared id; every case.
+ *                 non-blocking stream, ncclCommInitRank on a shared id; every case, then one
+ *                 group of two AllReduces on two streams of each rank (gpuTwoStreams).
  *   --initall N   ncclCommInitAll(comms, N, {dev, dev, ...}) and ONE thread driving every rank,
  *                 ncclGroupStart/End around the per-rank calls, one stream per rank; every case.
  *   --procs N     N ranks as processes (this program re-executed with --child, so no CUDA call
@@ -85,6 +86,14 @@ static void* threadMain(void* p) {
     gpuCaseName(&allCases[k], t->prefix, name, sizeof(name));
     if (gpuTallyCase(t->tally, name, t->rank, r > 0, t->R.err.msg, 2 * gpuWaitLimit()) < 0) t->broken = 1;
     if (r < 0) { /* this rank's stream or communicator cannot be trusted: everyone stops */
+      t->broken = 1;
+      gpuTallyBreak(t->tally);
+    }
+  }
+  if (inited && !t->broken) {
+    int r = gpuTwoStreams(&t->R);
+    snprintf(name, sizeof(name), "%s_two_streams", t->prefix);
+    if (gpuTallyCase(t->tally, name, t->rank, r > 0, t->R.err.msg, 2 * gpuWaitLimit()) < 0 || r < 0) {
       t->broken = 1;
       gpuTallyBreak(t->tally);
     }
