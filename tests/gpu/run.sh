@@ -58,7 +58,7 @@ run_one gpu_abort "$TIMEOUT" "$BIN/test_gpu_abort"
 # (5) PyTorch, with Mend preloaded
 if [ "${MEND_TEST_GPU_NO_TORCH:-0}" != 1 ] && [[ torch_check =~ $FILTER ]]; then
   if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' > /dev/null 2>&1; then
-    run_one torch_check "$LONG" env MEND_LIB="$lib" LD_PRELOAD="$lib" python3 tests/gpu/torch_check.py \
+    run_one torch_check "$LONG" env MEND_TEST_LIB="$lib" LD_PRELOAD="$lib" python3 tests/gpu/torch_check.py \
       --world-sizes 2,4 --timeout $((LONG / 2 - 20))
   else
     echo "torch_check: skipped (python3 cannot import torch, or torch sees no GPU)"; skip=$((skip + 1))

@@ -7,8 +7,10 @@ Run with Mend preloaded (tests/gpu/run.sh does this):
 
 For each world size, ranks are started with torch.multiprocessing (spawn), MASTER_ADDR=127.0.0.1
 and a free port.  Each rank checks, with exact integer-valued data:
-  - that Mend is the NCCL in use: /proc/self/maps maps libnccl only from the preloaded file, the
-    "NCCL version ...-mend" banner (NCCL_DEBUG=WARN prints it at init), torch.cuda.nccl.version();
+  - that Mend is the NCCL in use: the NCCL entry points resolve to the preloaded file, the
+    "NCCL version ...-mend" banner (NCCL_DEBUG=WARN prints it at init), ncclGetVersion gives the
+    version of Mend's nccl.h (torch.cuda.nccl.version() is only printed: it is the nccl.h PyTorch
+    was built with);
   - all_reduce (float32, float16, bfloat16, int32 sum; float32 max and avg), all_gather,
     all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, broadcast, barrier;
   - send/recv: a ring with batch_isend_irecv, and plain isend/irecv between rank pairs;
@@ -48,8 +50,8 @@ def free_port():
 
 
 def expected_library():
-    """The libnccl file this run must use: $MEND_LIB, else the libnccl entry of LD_PRELOAD."""
-    lib = os.environ.get("MEND_LIB")
+    """The libnccl file this run must use: $MEND_TEST_LIB, else the libnccl entry of LD_PRELOAD."""
+    lib = os.environ.get("MEND_TEST_LIB")
     if not lib:
         for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
             if "libnccl" in os.path.basename(p):
@@ -91,6 +93,18 @@ def resolved_nccl():
         fn = getattr(g, name, None)
         files.add(file_of(ctypes.cast(fn, ctypes.c_void_p).value) if fn is not None else None)
     return files
+
+
+def runtime_nccl_version():
+    """(major, minor, patch) from ncclGetVersion as the process resolves it (the library in use).
+    torch.cuda.nccl.version() is not that: it is NCCL_MAJOR/MINOR/PATCH of the nccl.h PyTorch was
+    built with."""
+    import ctypes
+    code = ctypes.c_int(0)
+    if ctypes.CDLL(None).ncclGetVersion(ctypes.byref(code)) != 0:
+        return None
+    v = code.value  # major*10000 + minor*100 + patch since NCCL 2.9
+    return (v // 10000, v // 100 % 100, v % 100)
 
 
 def mapped_nccl():
@@ -155,9 +169,9 @@ class Rank:
         # Mend prints its banner in every process, NVIDIA's NCCL on rank 0 only: rank 0 must have it.
         self.check("mend_banner_rank0", lambda: None if self.rank != 0 or "-mend" in banner else
                    "no 'NCCL version ...-mend' line at init (NCCL_DEBUG=WARN); got %r" % banner[:300])
-        want_version = mend_version()
-        self.check("mend_version", lambda: None if tuple(version)[:3] == want_version else
-                   "torch.cuda.nccl.version() = %s, want %s (Mend's nccl.h)" % (version, want_version))
+        want_version, got_version = mend_version(), runtime_nccl_version()
+        self.check("mend_version", lambda: None if got_version == want_version else
+                   "ncclGetVersion gives %s, want %s (Mend's nccl.h)" % (got_version, want_version))
 
     # ---- collectives
 
@@ -411,7 +425,7 @@ def main():
         return 77
     say("# torch %s, CUDA %s, %s" % (torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0)))
     if not args.reference and not expected_library():
-        say("not ok torch_mend_preloaded: neither MEND_LIB nor LD_PRELOAD names Mend's libnccl.so.2")
+        say("not ok torch_mend_preloaded: neither MEND_TEST_LIB nor LD_PRELOAD names Mend's libnccl.so.2")
         return 1
     if args.reference:
         say("# reference run: the checks that Mend is loaded are left out")
