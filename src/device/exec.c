@@ -69,7 +69,7 @@ static ncclResult_t kcpuRun(struct mendExecBatch* batches, int nBatches) {
     launches[n].rank = b->comm->rank;
     n++;
   }
-  mendKernelCpuRun(launches, n, (int)mendParamKernelCpuThreads());
+  mendKernelCpuRun(launches, n, (int)mendParamKernelCpuThreads(), (int)mendParamKernelCpuWorkers());
   for (int i = 0; i < nBatches && res == ncclSuccess; i++) {
     if (mendCommAborted(batches[i].comm)) {
       WARN("Rank %d: operation stopped: the communicator was aborted", batches[i].comm->rank);

@@ -440,27 +440,124 @@ extern "C" __global__ void __launch_bounds__(MEND_KERNEL_MAX_THREADS, 1) mendKer
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <ucontext.h>
+
+/* Sanitizers lose track of a stack switched under them (ASan's fake stacks, TSan's per-thread
+ * state): their builds run every CTA thread as an OS thread. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define K_CPU_FIBERS 0
+#else
+#define K_CPU_FIBERS 1
+#endif
+#define K_FIBER_STACK (256u << 10)
+
+/* A fiber's saved context and the switch between two.  x86-64: the callee-saved registers pushed
+ * on the fiber's own stack and its stack pointer kept (swapcontext also saves and restores the
+ * signal mask, a system call each way: 38 % of the cycles of a kernel-cpu run); elsewhere
+ * ucontext. */
+#if defined(__x86_64__)
+typedef void* KCtx;
+extern "C" void mendKCtxSwitch(KCtx* from, KCtx to);
+__asm__(".text\n"
+        ".globl mendKCtxSwitch\n"
+        ".hidden mendKCtxSwitch\n"
+        ".type mendKCtxSwitch,@function\n"
+        "mendKCtxSwitch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size mendKCtxSwitch,.-mendKCtxSwitch\n");
+#define K_SWITCH(from, to) mendKCtxSwitch((from), *(to))
+#else
+typedef ucontext_t KCtx;
+#define K_SWITCH(from, to) swapcontext((from), (to))
+#endif
 
 __thread uint32_t kTidTls;
 __thread struct kCta* kCtaTls;
 
+struct kWorker;
+
+/* One CTA thread: an OS thread of its own, or a fiber that a worker runs. */
 struct kCpuThread {
   const struct mendDevLaunch* launch; /* what to run */
   struct kCta* cta;                   /* its CTA */
   uint32_t lane, tid;                 /* which lane, which thread of the CTA */
-  pthread_t thread;                   /* the host thread */
+  pthread_t thread;                   /* the host thread (no workers) */
   int started;                        /* must be joined */
+  KCtx ctx;                           /* the fiber (workers) */
+  char* stack;                        /* its stack */
+  int done;                           /* the fiber returned */
 };
 
-static void* kCpuMain(void* arg) {
-  struct kCpuThread* t = (struct kCpuThread*)arg;
+/* An OS thread that runs fibers in turn; a fiber runs until it waits (a barrier, a FIFO poll) and
+ * then yields to the next, so a waiting CTA thread costs one context switch, not a time slice. */
+struct kWorker {
+  struct kCpuThread** fibers; /* its fibers: whole CTAs, so barrier partners share the worker */
+  uint32_t n;                 /* how many */
+  KCtx home;                  /* the worker's own context, where fibers yield to */
+  pthread_t thread;           /* the OS thread */
+  int started;                /* must be joined */
+  volatile int32_t* gate;     /* 0 until every worker exists; 1: run; -1: leave at once */
+};
+
+static __thread struct kWorker* kWorkerTls;    /* NULL on an OS thread per CTA thread */
+static __thread struct kCpuThread* kFiberTls;  /* the fiber the worker runs */
+
+void kCpuYield(void) {
+  struct kWorker* w = kWorkerTls;
+  if (w == NULL) {
+    sched_yield();
+    return;
+  }
+  K_SWITCH(&kFiberTls->ctx, &w->home);
+}
+
+static void kCpuRunThread(struct kCpuThread* t) {
   kTidTls = t->tid;
   kCtaTls = t->cta;
   int32_t gate;
-  while ((gate = kLoadVol32(&t->cta->gate)) == 0) sched_yield();
-  if (gate < 0) return NULL; /* a sibling thread could not be started: the CTA cannot run */
+  while ((gate = kLoadVol32(&t->cta->gate)) == 0) kCpuYield();
+  if (gate < 0) return; /* a sibling thread could not be started: the CTA cannot run */
   KGrp g = {t->tid, t->cta->nThreads, 0};
   kRunLane(g, t->launch, t->lane, (KShared*)t->cta->shared);
+}
+
+static void* kCpuMain(void* arg) {
+  kCpuRunThread((struct kCpuThread*)arg);
+  return NULL;
+}
+
+/* A fiber's first instructions; it never returns: its last switch leaves it for good. */
+static void kFiberMain(void) {
+  struct kCpuThread* t = kFiberTls;
+  kCpuRunThread(t);
+  t->done = 1;
+  K_SWITCH(&t->ctx, &kWorkerTls->home);
+  abort(); /* never resumed */
+}
+
+static void* kWorkerMain(void* arg) {
+  struct kWorker* w = (struct kWorker*)arg;
+  int32_t gate;
+  while ((gate = kLoadVol32(w->gate)) == 0) sched_yield();
+  if (gate < 0) return NULL; /* another worker could not be made: no fiber runs */
+  kWorkerTls = w;
+  for (uint32_t left = w->n; left > 0;) {
+    for (uint32_t i = 0; i < w->n; i++) {
+      struct kCpuThread* t = w->fibers[i];
+      if (t->done) continue;
+      kFiberTls = t;
+      kTidTls = t->tid; /* the fiber's place, read again after every yield */
+      kCtaTls = t->cta;
+      K_SWITCH(&w->home, &t->ctx);
+      left -= t->done;
+    }
+    sched_yield(); /* a round where every fiber waits must not hold a CPU that another worker needs */
+  }
+  kWorkerTls = NULL;
   return NULL;
 }
 
@@ -473,7 +570,10 @@ static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kC
   cta->shared = shared;
   for (uint32_t i = 0; i < nt; i++) {
     struct kCpuThread* t = th + i;
-    *t = (struct kCpuThread){L, cta, lane, i, 0, 0};
+    t->launch = L;
+    t->cta = cta;
+    t->lane = lane;
+    t->tid = i;
     t->started = pthread_create(&t->thread, NULL, kCpuMain, t) == 0;
     if (!t->started) cta->gate = -1;
   }
@@ -484,22 +584,99 @@ static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kC
   else __atomic_store_n(&cta->gate, 1, __ATOMIC_RELEASE);
 }
 
-extern "C" void mendKernelCpuRun(const struct mendDevLaunch* launches, int n, int threadsPerCta) {
+/* Make t a fiber of worker w (getcontext returns twice: kept apart from any loop). */
+static __attribute__((noinline)) int kMakeFiber(struct kCpuThread* t, struct kWorker* w) {
+  t->stack = (char*)malloc(K_FIBER_STACK);
+  if (t->stack == NULL) return 0;
+#if defined(__x86_64__)
+  /* What mendKCtxSwitch pops: six registers, then kFiberMain as the return address, in a slot
+   * 16-byte aligned, so kFiberMain starts as if called (stack pointer 8 mod 16). */
+  void** sp = (void**)(((uintptr_t)t->stack + K_FIBER_STACK) & ~(uintptr_t)15);
+  *--sp = NULL;
+  *--sp = (void*)kFiberMain;
+  for (int i = 0; i < 6; i++) *--sp = NULL;
+  t->ctx = sp;
+#else
+  if (getcontext(&t->ctx) != 0) return 0;
+  t->ctx.uc_stack.ss_sp = t->stack;
+  t->ctx.uc_stack.ss_size = K_FIBER_STACK;
+  t->ctx.uc_link = NULL; /* kFiberMain never returns */
+  makecontext(&t->ctx, kFiberMain, 0);
+#endif
+  w->fibers[w->n++] = t;
+  return 1;
+}
+
+/* Make CTA l's threads fibers of worker w (all of a CTA on one worker); 0 when memory ran out. */
+static int kFiberCta(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
+                     struct kCpuThread* th, uint32_t nt, volatile int32_t* runStop, struct kWorker* w) {
+  cta->nThreads = nt;
+  cta->runStop = runStop;
+  cta->shared = shared;
+  cta->gate = 1;
+  for (uint32_t i = 0; i < nt; i++) {
+    struct kCpuThread* t = th + i;
+    t->launch = L;
+    t->cta = cta;
+    t->lane = lane;
+    t->tid = i;
+    if (!kMakeFiber(t, w)) return 0;
+  }
+  return 1;
+}
+
+/* Every CTA thread as a fiber of nw workers; 0 (no fiber ran) when something could not be made. */
+static int kCpuRunFibers(const struct mendDevLaunch* launches, int n, struct kCta* ctas, KShared* shared,
+                         struct kCpuThread* th, uint32_t nl, uint32_t nt, uint32_t nw, volatile int32_t* runStop) {
+  struct kWorker* w = (struct kWorker*)calloc(nw, sizeof(struct kWorker));
+  struct kCpuThread** slots = (struct kCpuThread**)calloc((size_t)nl * nt + 1, sizeof(struct kCpuThread*));
+  int ok = w != NULL && slots != NULL;
+  for (uint32_t i = 0, at = 0; ok && i < nw; i++) { /* worker i takes CTAs i, i + nw, ... */
+    w[i].fibers = slots + at;
+    at += ((nl - i + nw - 1) / nw) * nt;
+  }
+  uint32_t c = 0;
+  for (int i = 0; ok && i < n; i++)
+    for (uint32_t l = 0; ok && l < launches[i].nLanes; l++, c++)
+      ok = kFiberCta(launches + i, l, ctas + c, shared + c, th + (size_t)c * nt, nt, runStop, w + c % nw);
+  volatile int32_t gate = 0;
+  for (uint32_t i = 0; ok && i < nw; i++) {
+    w[i].gate = &gate;
+    w[i].started = pthread_create(&w[i].thread, NULL, kWorkerMain, w + i) == 0;
+    ok = w[i].started;
+  }
+  __atomic_store_n(&gate, ok ? 1 : -1, __ATOMIC_RELEASE);
+  for (uint32_t i = 0; w && i < nw; i++)
+    if (w[i].started) pthread_join(w[i].thread, NULL);
+  for (size_t i = 0; i < (size_t)nl * nt; i++) free(th[i].stack);
+  free(slots);
+  free(w);
+  return ok;
+}
+
+extern "C" void mendKernelCpuRun(const struct mendDevLaunch* launches, int n, int threadsPerCta, int workers) {
   uint32_t nt = threadsPerCta > 0 ? (uint32_t)threadsPerCta : 1, nl = 0;
   for (int i = 0; i < n; i++) nl += launches[i].nLanes;
   struct kCta* ctas = (struct kCta*)calloc(nl + 1, sizeof(struct kCta));
   KShared* shared = (KShared*)calloc(nl + 1, sizeof(KShared));
   struct kCpuThread* th = (struct kCpuThread*)calloc((size_t)nl * nt + 1, sizeof(struct kCpuThread));
-  uint32_t c = 0;
   volatile int32_t runStop = 0;
-  for (int i = 0; i < n; i++) {
-    for (uint32_t l = 0; l < launches[i].nLanes; l++, c++) {
-      if (ctas && shared && th) kCpuStartCta(launches + i, l, ctas + c, shared + c, th + (size_t)c * nt, nt, &runStop);
-      else kCas32(&launches[i].state->error, 0, ncclSystemError);
-    }
+  if (workers < 0) { /* automatic: the CPUs this process may run on */
+    cpu_set_t set;
+    workers = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 2;
   }
-  for (size_t i = 0; th && i < (size_t)nl * nt; i++)
-    if (th[i].started) pthread_join(th[i].thread, NULL);
+  uint32_t nw = workers > 0 && K_CPU_FIBERS ? (uint32_t)workers : 0;
+  if (nw > nl) nw = nl;
+  if (!ctas || !shared || !th || (nw > 0 && !kCpuRunFibers(launches, n, ctas, shared, th, nl, nt, nw, &runStop))) {
+    for (int i = 0; i < n; i++) kCas32(&launches[i].state->error, 0, ncclSystemError); /* nothing ran */
+  } else if (nw == 0) {
+    uint32_t c = 0;
+    for (int i = 0; i < n; i++)
+      for (uint32_t l = 0; l < launches[i].nLanes; l++, c++)
+        kCpuStartCta(launches + i, l, ctas + c, shared + c, th + (size_t)c * nt, nt, &runStop);
+    for (size_t i = 0; i < (size_t)nl * nt; i++)
+      if (th[i].started) pthread_join(th[i].thread, NULL);
+  }
   free(th);
   free(shared);
   free(ctas);

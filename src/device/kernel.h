@@ -73,10 +73,11 @@ struct mendDevLaunch {
 };
 
 /* The kernel source built for the CPU (kernel.cu without nvcc): run every lane of `n` launches
- * (one per communicator, all at once: ranks wait on each other) with `threadsPerCta` host threads
- * per lane; returns when every lane finished or left on an error (then its state->error is set).
- * Host memory only. */
-void mendKernelCpuRun(const struct mendDevLaunch* launches, int n, int threadsPerCta);
+ * (one per communicator, all at once: ranks wait on each other) with `threadsPerCta` threads per
+ * lane, as fibers of `workers` OS threads (a thread that waits yields to the next fiber), or with
+ * workers 0 (and in sanitizer builds) each an OS thread of its own; returns when every lane
+ * finished or left on an error (then its state->error is set).  Host memory only. */
+void mendKernelCpuRun(const struct mendDevLaunch* launches, int n, int threadsPerCta, int workers);
 
 #ifdef __cplusplus
 }

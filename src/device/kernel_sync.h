@@ -84,6 +84,10 @@ struct KGrp {
   uint32_t bar; /* unused on the CPU */
 };
 
+/* A waiting CTA thread lets others run: the next fiber of its worker, or (an OS thread per CTA
+ * thread) sched_yield.  Defined in kernel.cu. */
+void kCpuYield(void);
+
 /* A sense-reversing barrier; waiters yield (a CPU runs more threads than it has cores). */
 KDEV void kSyncCpu(void) {
   struct kCta* c = kCtaTls;
@@ -93,7 +97,7 @@ KDEV void kSyncCpu(void) {
     __atomic_store_n(&c->sense, s ^ 1u, __ATOMIC_RELEASE);
     return;
   }
-  while (__atomic_load_n(&c->sense, __ATOMIC_ACQUIRE) == s) sched_yield();
+  while (__atomic_load_n(&c->sense, __ATOMIC_ACQUIRE) == s) kCpuYield();
 }
 KDEV void kSync(const KGrp& g) { (void)g; kSyncCpu(); }
 
@@ -107,7 +111,7 @@ KDEV int32_t kCas32(volatile int32_t* p, int32_t expect, int32_t v) {
   return expect;
 }
 KDEV void kFenceSys(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-KDEV void kPause(void) { sched_yield(); }
+KDEV void kPause(void) { kCpuYield(); }
 KDEV int kRunStopped(void) { return __atomic_load_n(kCtaTls->runStop, __ATOMIC_ACQUIRE) != 0; }
 KDEV void kRunStop(void) { __atomic_store_n(kCtaTls->runStop, 1, __ATOMIC_RELEASE); }
 

@@ -122,6 +122,27 @@ TEST(KernelCpu, BitIdenticalToHostEngine) {
   }
 }
 
+// CTA threads as fibers of 1 or 3 workers, or each an OS thread (workers 0, what sanitizer builds
+// run), with 1, 2 or 4 threads per CTA: the same bits as the host engine every way.  Small slots
+// (World's 8 KiB) make every lane wait on its peers many times, so fibers yield mid-operation.
+TEST(KernelCpu, FibersAndThreadsGiveTheHostEnginesBits) {
+  unsigned seed = 101;
+  for (const char* workers : {"0", "1", "3"}) {
+    for (const char* threads : {"1", "2", "4"}) {
+      ScopedEnv w("MEND_KERNEL_CPU_WORKERS", workers), t("MEND_KERNEL_CPU_THREADS", threads);
+      for (ncclDataType_t type : {ncclFloat32, ncclFloat16}) {
+        const int n = 3;
+        const size_t count = 20000 + 11;
+        auto host = allReduce("host", n, type, ncclSum, count, seed);
+        auto kern = allReduce("kernel-cpu", n, type, ncclSum, count, seed++);
+        for (int r = 0; r < n; r++)
+          ASSERT_EQ(firstDiff(type, host[r], kern[r]), count)
+              << "workers " << workers << " threads " << threads << " type " << mendTypeName(type) << " rank " << r;
+      }
+    }
+  }
+}
+
 // Ranks that disagree on the count: the kernel sees a slot of the wrong size, records the error in
 // the device state, and every lane of the call stops; the call fails and the rank that saw it
 // reports the error through ncclCommGetAsyncError.
