@@ -9,7 +9,8 @@
  *   ncclParamGetStr       integer rows as decimal text, string rows as set ("" when unset)
  *   ncclParamGet          raw bytes: an int64_t for integer rows, the string with its NUL for strings
  *   ncclParamGetParameter by key, as ncclParamGetStr
- *   ncclParamGetAllParameterKeys  every row's name, in registry order
+ *   ncclParamGetAllParameterKeys  every NCCL_/MEND_ row's name, in registry order (the one CUDA
+ *                                 variable the library reads is not an NCCL parameter)
  *   ncclParamDumpAll      one INFO ENV line per row (NCCL_DEBUG=INFO shows them); secrets print "(set)"
  * Strings returned are valid until the next call on the same thread (integer text lives in a
  * thread-local buffer; string values and keys live as long as the process).
@@ -33,7 +34,8 @@ struct ncclParamHandle {
 
 static pthread_once_t tablesOnce = PTHREAD_ONCE_INIT;
 static struct ncclParamHandle* handles; /* [mendParamCount()], never freed: handles are process-long */
-static const char** keys;               /* [mendParamCount()], the rows' names */
+static const char** keys;               /* the NCCL_/MEND_ rows' names */
+static int nKeys;                       /* how many */
 static _Thread_local char intText[32];  /* ncclParamGetStr of an integer row */
 
 static void tablesInit(void) {
@@ -50,7 +52,8 @@ static void tablesInit(void) {
   for (int i = 0; i < n; i++) {
     handles[i].magic = PARAM_HANDLE_MAGIC;
     handles[i].index = i;
-    keys[i] = mendParamGet(i)->env;
+    const char* env = mendParamGet(i)->env;
+    if (strncmp(env, "NCCL_", 5) == 0 || strncmp(env, "MEND_", 5) == 0) keys[nKeys++] = env;
   }
 }
 
@@ -186,7 +189,7 @@ ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen) {
                "ncclParamGetAllParameterKeys: NULL argument (table %p, tableLen %p)", (void*)table, (void*)tableLen);
   MENDCHECK(tables("ncclParamGetAllParameterKeys"));
   *table = keys;
-  *tableLen = mendParamCount();
+  *tableLen = nKeys;
   return ncclSuccess;
 }
 
