@@ -149,12 +149,22 @@ unlock:
   return res;
 }
 
-void mendProxyDestroy(struct ncclComm* comm) {
+void mendProxyStop(struct ncclComm* comm) {
   struct mendProxy* p = comm->proxy;
   if (!p) return;
   atomic_store_explicit(&p->stop, 1, memory_order_release);
   mendBellRing(&p->bell);
-  if (p->running) pthread_join(p->thread, NULL);
+  pthread_mutex_lock(&p->lock); /* a connector added now starts a thread that sees stop and leaves */
+  int running = p->running;
+  p->running = 0;
+  pthread_mutex_unlock(&p->lock);
+  if (running) pthread_join(p->thread, NULL);
+}
+
+void mendProxyDestroy(struct ncclComm* comm) {
+  struct mendProxy* p = comm->proxy;
+  if (!p) return;
+  mendProxyStop(comm);
   pthread_mutex_destroy(&p->lock);
   free(p->conns);
   free(p);

@@ -34,7 +34,10 @@ ncclResult_t mendProxyBell(struct ncclComm* comm, mendBell_t** bell);
  * rung), 0 otherwise (not a net connector, not moved, or requests in flight: ring its bell). */
 struct mendConnector;
 int mendProxyKick(struct mendConnector* conn);
-/* Stop and join the thread (bounded: every step is non-blocking) and free the proxy. */
+/* Stop and join the thread (bounded: every step is non-blocking); the proxy's memory, its bell
+ * included, stays until mendProxyDestroy (the resilience service rings that bell until it stops). */
+void mendProxyStop(struct ncclComm* comm);
+/* Stop (if not yet) and free the proxy. */
 void mendProxyDestroy(struct ncclComm* comm);
 
 #endif

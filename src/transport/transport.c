@@ -323,9 +323,11 @@ ncclResult_t mendTransportFree(struct ncclComm* comm) {
   if (!t) return ncclSuccess;
   mendBootstrapSetPeerGone(comm->bootstrap, NULL, NULL); /* returns after a call in progress */
   mendCuEnter(comm->cuCtx); /* device mode: connector memory is freed through the driver */
-  /* The proxy and the resilience service go first: they are the other users of net connectors. */
-  mendProxyDestroy(comm);
+  /* The proxy and the resilience service go first: they are the other users of net connectors.
+   * The proxy's memory goes after the service, which rings the proxy's bell until it stops. */
+  mendProxyStop(comm);
   mendResilStop(comm->resil);
+  mendProxyDestroy(comm);
   mendMonitorCommRemove(comm); /* its last snapshot, while the connectors still exist */
   freeConnectors(comm);
   if (t->net && t->netCtx && t->net->finalize) t->net->finalize(t->netCtx);
