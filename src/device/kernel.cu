@@ -561,19 +561,27 @@ static void* kWorkerMain(void* arg) {
   return NULL;
 }
 
-/* Start every thread of CTA l of launch L; a CTA missing a thread would wait forever at its
- * barrier, so it does not run, and the error stops the lanes that wait on it. */
-static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
-                         struct kCpuThread* th, uint32_t nt, volatile int32_t* runStop) {
+/* CTA l of launch L and its nt threads, before they run. */
+static void kCtaSetup(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
+                      struct kCpuThread* th, uint32_t nt, volatile int32_t* runStop) {
   cta->nThreads = nt;
   cta->runStop = runStop;
   cta->shared = shared;
   for (uint32_t i = 0; i < nt; i++) {
+    th[i].launch = L;
+    th[i].cta = cta;
+    th[i].lane = lane;
+    th[i].tid = i;
+  }
+}
+
+/* Start every thread of CTA l of launch L; a CTA missing a thread would wait forever at its
+ * barrier, so it does not run, and the error stops the lanes that wait on it. */
+static void kCpuStartCta(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
+                         struct kCpuThread* th, uint32_t nt, volatile int32_t* runStop) {
+  kCtaSetup(L, lane, cta, shared, th, nt, runStop);
+  for (uint32_t i = 0; i < nt; i++) {
     struct kCpuThread* t = th + i;
-    t->launch = L;
-    t->cta = cta;
-    t->lane = lane;
-    t->tid = i;
     t->started = pthread_create(&t->thread, NULL, kCpuMain, t) == 0;
     if (!t->started) cta->gate = -1;
   }
@@ -610,18 +618,10 @@ static __attribute__((noinline)) int kMakeFiber(struct kCpuThread* t, struct kWo
 /* Make CTA l's threads fibers of worker w (all of a CTA on one worker); 0 when memory ran out. */
 static int kFiberCta(const struct mendDevLaunch* L, uint32_t lane, struct kCta* cta, KShared* shared,
                      struct kCpuThread* th, uint32_t nt, volatile int32_t* runStop, struct kWorker* w) {
-  cta->nThreads = nt;
-  cta->runStop = runStop;
-  cta->shared = shared;
+  kCtaSetup(L, lane, cta, shared, th, nt, runStop);
   cta->gate = 1;
-  for (uint32_t i = 0; i < nt; i++) {
-    struct kCpuThread* t = th + i;
-    t->launch = L;
-    t->cta = cta;
-    t->lane = lane;
-    t->tid = i;
-    if (!kMakeFiber(t, w)) return 0;
-  }
+  for (uint32_t i = 0; i < nt; i++)
+    if (!kMakeFiber(th + i, w)) return 0;
   return 1;
 }
 
